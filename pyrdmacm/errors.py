@@ -1,0 +1,173 @@
+"""Exceptions: who is at fault, and what to do next.
+
+Four kinds of failure, four classes, one base (:class:`RdmaCmError`):
+
+* :class:`KernelError` -- the kernel refused a command (``write()`` failed).  An
+  :class:`OSError` with the real ``errno``, the command's name and the
+  addresses involved.
+* :class:`EventError` -- a command was accepted but its outcome arrived as a
+  failure event (``ADDR_ERROR`` with ``status == -ETIMEDOUT`` ...).  Also an
+  :class:`OSError` whose ``errno`` is ``-status``; the event is attached.
+* :class:`PrecheckError` -- the routing pre-check found that the kernel will
+  certainly refuse (no route, a source that is not local, an egress netdev
+  without an RDMA device).  Same ``errno`` the kernel would give.
+* :class:`UsageError` -- a misuse caught before any system call (a wrong-state
+  call, a bad argument).  A :class:`ValueError`; :class:`StateError` is the
+  wrong-state kind.
+* :class:`DecodeError` -- bytes that do not decode as the named struct.
+
+Every message ends with a hint: what the user can do about it.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import os
+from typing import Any, Optional
+
+__all__ = [
+    "RdmaCmError",
+    "KernelError",
+    "EventError",
+    "PrecheckError",
+    "UsageError",
+    "StateError",
+    "DecodeError",
+    "DeviceNodeError",
+    "errno_name",
+    "hint_for",
+]
+
+
+def errno_name(err: int) -> str:
+    """``110`` -> ``'ETIMEDOUT'``; unknown numbers print as ``'E?123'``."""
+    return _errno.errorcode.get(abs(err), "E?%d" % abs(err))
+
+
+# What the user can do about an errno, in the context of address resolution.
+_HINTS = {
+    _errno.ENODEV: "the route's egress netdev has no RDMA device (check `pyrdmacm route DST` "
+    "and `rdma link`; in a container, the RDMA device must be in this network namespace)",
+    _errno.ETIMEDOUT: "no ARP/ND reply from the destination (or its gateway) within timeout_ms: "
+    "is the host up and on-link, or is the timeout too short?",
+    _errno.ENETUNREACH: "no route to the destination in this network namespace (see `ip route get DST`)",
+    _errno.EHOSTUNREACH: "the routing tables refuse this destination (see `ip route get DST`)",
+    _errno.EADDRNOTAVAIL: "the source address is not a local address of this network namespace, "
+    "or no free port is left (see `ip addr`)",
+    _errno.EADDRINUSE: "the id is already bound, or that address and port are taken: use a fresh id",
+    _errno.EINVAL: "the kernel refused the call in this id's state or with these arguments",
+    _errno.EACCES: "ports below 1024 need CAP_NET_BIND_SERVICE; or the fd is used by a process "
+    "with other credentials than the one that opened it",
+    _errno.ENOENT: "the kernel does not know this id (already destroyed?)",
+    _errno.ENOSYS: "this kernel does not implement the command",
+    _errno.EAFNOSUPPORT: "address family not supported by rdma_cm",
+}
+
+
+def hint_for(err: int) -> str:
+    return _HINTS.get(abs(err), "")
+
+
+class RdmaCmError(Exception):
+    """Base of every pyrdmacm exception."""
+
+
+class _Located(RdmaCmError, OSError):
+    """An OSError that also says which command and which addresses were involved."""
+
+    def __init__(
+        self,
+        err: int,
+        what: str,
+        *,
+        command: Optional[str] = None,
+        src: Any = None,
+        dst: Any = None,
+        netdev: Optional[str] = None,
+        device: Optional[str] = None,
+        hint: Optional[str] = None,
+    ) -> None:
+        err = abs(err)
+        self.command = command
+        self.src = src
+        self.dst = dst
+        self.netdev = netdev
+        self.device = device
+        self.hint = hint_for(err) if hint is None else hint
+        ctx = []
+        if src is not None:
+            ctx.append("src %s" % (src,))
+        if dst is not None:
+            ctx.append("dst %s" % (dst,))
+        if netdev:
+            ctx.append("netdev %s" % netdev)
+        if device:
+            ctx.append("device %s" % device)
+        msg = what
+        if ctx:
+            msg += " (" + ", ".join(ctx) + ")"
+        msg += ": %s %s" % (errno_name(err), os.strerror(err))
+        if self.hint:
+            msg += " -- " + self.hint
+        OSError.__init__(self, err, msg)
+
+    def __reduce__(self):  # keep pickling/copy working with keyword-only args
+        return (_rebuild, (type(self), self.__dict__.copy(), self.args))
+
+
+def _rebuild(cls, state, args):
+    obj = cls.__new__(cls)
+    OSError.__init__(obj, *args)
+    obj.__dict__.update(state)
+    return obj
+
+
+class KernelError(_Located):
+    """The kernel refused a command: ``write()`` to rdma_cm failed with ``errno``."""
+
+    def __init__(self, err: int, command: str, **kw: Any) -> None:
+        super().__init__(err, "%s refused by the kernel" % command, command=command, **kw)
+
+
+class EventError(_Located):
+    """A command's outcome arrived as a failure event; ``event`` is attached."""
+
+    def __init__(self, event: Any, command: Optional[str] = None, **kw: Any) -> None:
+        self.event = event
+        status = getattr(event, "status", 0) or 0
+        name = getattr(getattr(event, "event", None), "name", str(getattr(event, "event", "?")))
+        err = -status if status < 0 else status
+        super().__init__(err or _errno.EIO, "%s (status %d)" % (name, status), command=command, **kw)
+
+
+class PrecheckError(_Located):
+    """The routing pre-check shows the kernel will refuse; ``prediction`` is attached."""
+
+    def __init__(self, err: int, what: str, prediction: Any = None, **kw: Any) -> None:
+        self.prediction = prediction
+        super().__init__(err, what, **kw)
+
+
+class DeviceNodeError(_Located):
+    """``/dev/infiniband/rdma_cm`` cannot be used (absent, wrong kind, wrong ABI)."""
+
+    def __init__(self, err: int, what: str, hint: str) -> None:
+        super().__init__(err, what, hint=hint)
+
+
+class UsageError(RdmaCmError, ValueError):
+    """A misuse caught before any system call."""
+
+
+class StateError(UsageError):
+    """The call is not legal in the id's (or channel's) current state."""
+
+
+class DecodeError(RdmaCmError, ValueError):
+    """Bytes that do not decode as ``struct`` (at ``offset``, if known)."""
+
+    def __init__(self, struct: str, message: str, offset: Optional[int] = None) -> None:
+        self.struct = struct
+        self.offset = offset
+        where = " at offset %d" % offset if offset is not None else ""
+        super().__init__("cannot decode %s%s: %s" % (struct, where, message))

@@ -1,0 +1,911 @@
+"""Event channels and CM ids: librdmacm's API over the ucma ABI.
+
+Theory of operation
+-------------------
+An :class:`EventChannel` is one open rdma_cm fd (``rdma_create_event_channel``).
+Every command is one ``write()`` of header + struct; commands that have a
+reply name one of the channel's :class:`~pyrdmacm._device.ReplyBuffer`\\ s,
+so commands are serialised by the channel's command lock (many threads may
+issue them).  Events are read by one reader at a time: ``get_event`` polls
+the non-blocking fd, then writes GET_EVENT; a second concurrent reader is
+refused with :class:`~pyrdmacm.errors.StateError` instead of interleaving.
+
+A :class:`CmId` is one kernel id (``rdma_create_id``).  Its ``uid`` -- echoed
+by the kernel in each of its events -- is a per-channel counter starting at
+1 (uid 0 would silence the kernel's events).  The id's state follows the
+kernel's, from the calls made and the events read; :data:`TRANSITIONS` is the
+one table of what is legal where, and an illegal call raises
+:class:`~pyrdmacm.errors.StateError` before any syscall.
+
+librdmacm queries the kernel (QUERY ADDR, GID, PATH) after every event;
+pyrdmacm asks on first use of what they return (``local_addr``, ``device``,
+``sgid``, ``path_records`` ...) and caches the answer until the id's state
+changes: the same answers, without the cost for callers that never ask.
+
+With no channel (``CmId(None, ...)``), an id gets a private channel and its
+calls block until their outcome (librdmacm's synchronous mode); a failure
+event raises :class:`~pyrdmacm.errors.EventError` with the real errno and
+the event attached.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import ipaddress
+import os
+import select
+import struct
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+
+from . import abi
+from ._codec import CODECS
+from ._device import KernelDevice, ReplyBuffer
+from .addr import AF_IB, Address, parse_address, unpack_sockaddr
+from .errors import EventError, KernelError, StateError, UsageError
+from .events import EVENT_RESP_SIZE, Event, decode_event_head
+
+__all__ = [
+    "EventChannel",
+    "CmId",
+    "State",
+    "TRANSITIONS",
+    "AddrInfo",
+    "PathRecord",
+    "SourceIgnoredWarning",
+    "UnackedEventsWarning",
+]
+
+C = abi.UserCmCmd
+E = abi.CmEventType
+
+_HDR = struct.Struct("<IHH")
+
+
+def _hdr(cmd: int, body: str, reply: Optional[str] = None, out: Optional[int] = None) -> bytes:
+    size_out = out if out is not None else (CODECS[reply].size if reply else 0)
+    return _HDR.pack(cmd, CODECS[body].size, size_out)
+
+
+_CREATE = CODECS["rdma_ucm_create_id"].pack
+_DESTROY = CODECS["rdma_ucm_destroy_id"].pack
+_BIND = CODECS["rdma_ucm_bind"].pack
+_BIND_IP = CODECS["rdma_ucm_bind_ip"].pack
+_RESOLVE_ADDR = CODECS["rdma_ucm_resolve_addr"].pack
+_RESOLVE_IP = CODECS["rdma_ucm_resolve_ip"].pack
+_RESOLVE_ROUTE = CODECS["rdma_ucm_resolve_route"].pack
+_QUERY = CODECS["rdma_ucm_query"].pack
+_GET_EVENT = CODECS["rdma_ucm_get_event"].pack
+_LISTEN = CODECS["rdma_ucm_listen"].pack
+_CONNECT = CODECS["rdma_ucm_connect"].pack
+_DISCONNECT = CODECS["rdma_ucm_disconnect"].pack
+_U32 = struct.Struct("<I")
+
+QUERY_PATH_MAX = 6  # librdmacm's buffer: 8 + 6 * 72 = 440 bytes
+_PATH_SIZE = CODECS["ib_path_rec_data"].size
+_QUERY_PATH_REPLY = CODECS["rdma_ucm_query_path_resp"].size + QUERY_PATH_MAX * _PATH_SIZE
+
+H_CREATE = _hdr(C.CREATE_ID, "rdma_ucm_create_id", "rdma_ucm_create_id_resp")
+H_DESTROY = _hdr(C.DESTROY_ID, "rdma_ucm_destroy_id", "rdma_ucm_destroy_id_resp")
+H_BIND = _hdr(C.BIND, "rdma_ucm_bind")
+H_BIND_IP = _hdr(C.BIND_IP, "rdma_ucm_bind_ip")
+H_RESOLVE_ADDR = _hdr(C.RESOLVE_ADDR, "rdma_ucm_resolve_addr")
+H_RESOLVE_IP = _hdr(C.RESOLVE_IP, "rdma_ucm_resolve_ip")
+H_RESOLVE_ROUTE = _hdr(C.RESOLVE_ROUTE, "rdma_ucm_resolve_route")
+H_QUERY_ADDR = _hdr(C.QUERY, "rdma_ucm_query", "rdma_ucm_query_addr_resp")
+H_QUERY_PATH = _hdr(C.QUERY, "rdma_ucm_query", out=_QUERY_PATH_REPLY)
+H_QUERY_ROUTE = _hdr(C.QUERY_ROUTE, "rdma_ucm_query", "rdma_ucm_query_route_resp")
+H_GET_EVENT = _hdr(C.GET_EVENT, "rdma_ucm_get_event", "rdma_ucm_event_resp")
+H_LISTEN = _hdr(C.LISTEN, "rdma_ucm_listen")
+H_CONNECT = _hdr(C.CONNECT, "rdma_ucm_connect")
+H_DISCONNECT = _hdr(C.DISCONNECT, "rdma_ucm_disconnect")
+
+_ADDR_RESP = CODECS["rdma_ucm_query_addr_resp"]
+_ROUTE_RESP = CODECS["rdma_ucm_query_route_resp"]
+_NO_INDEX = 0xFFFFFFFF
+_ROUTE_SRC_OFFSET = abi.rdma_ucm_query_route_resp.subcons[0].sizeof() + abi.rdma_ucm_query_route_resp.subcons[1].sizeof()
+
+
+class SourceIgnoredWarning(UserWarning):
+    """resolve_addr was given a source, but the id was already bound: the kernel ignores it."""
+
+
+class UnackedEventsWarning(ResourceWarning):
+    """An id was destroyed with events still unacknowledged (librdmacm would hang here)."""
+
+
+class State(enum.Enum):
+    """The id's state as the kernel keeps it (``enum rdma_cm_state``), seen from userspace."""
+
+    IDLE = "idle"
+    ADDR_BOUND = "addr_bound"
+    ADDR_QUERY = "addr_query"
+    ADDR_RESOLVED = "addr_resolved"
+    ROUTE_QUERY = "route_query"
+    ROUTE_RESOLVED = "route_resolved"
+    CONNECT = "connect"
+    CONNECTED = "connected"
+    LISTEN = "listen"
+    DISCONNECTED = "disconnected"
+    DESTROYED = "destroyed"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+S = State
+
+#: (state, call or event) -> new state.  Anything absent is illegal for a
+#: call (StateError before the syscall) and leaves the state alone for an event.
+TRANSITIONS: Dict[Tuple[State, Any], State] = {
+    (S.IDLE, "bind_addr"): S.ADDR_BOUND,
+    (S.IDLE, "resolve_addr"): S.ADDR_QUERY,
+    (S.ADDR_BOUND, "resolve_addr"): S.ADDR_QUERY,
+    (S.ADDR_QUERY, E.ADDR_RESOLVED): S.ADDR_RESOLVED,
+    (S.ADDR_QUERY, E.ADDR_ERROR): S.ADDR_BOUND,
+    (S.ADDR_RESOLVED, "resolve_route"): S.ROUTE_QUERY,
+    (S.ROUTE_QUERY, E.ROUTE_RESOLVED): S.ROUTE_RESOLVED,
+    (S.ROUTE_QUERY, E.ROUTE_ERROR): S.ADDR_RESOLVED,
+    (S.ROUTE_RESOLVED, "connect"): S.CONNECT,
+    (S.CONNECT, E.CONNECT_RESPONSE): S.CONNECT,
+    (S.CONNECT, E.ESTABLISHED): S.CONNECTED,
+    (S.CONNECT, E.REJECTED): S.ROUTE_RESOLVED,
+    (S.CONNECT, E.UNREACHABLE): S.ROUTE_RESOLVED,
+    (S.CONNECT, E.CONNECT_ERROR): S.ROUTE_RESOLVED,
+    (S.CONNECTED, "disconnect"): S.DISCONNECTED,
+    (S.CONNECT, "disconnect"): S.DISCONNECTED,
+    (S.CONNECTED, E.DISCONNECTED): S.DISCONNECTED,
+    (S.IDLE, "listen"): S.LISTEN,
+    (S.ADDR_BOUND, "listen"): S.LISTEN,
+}
+
+#: What to tell the user when a call is illegal in a state.
+_WHY = {
+    "resolve_addr": "resolve_addr needs a fresh or merely bound id (IDLE or ADDR_BOUND); "
+    "an id resolves once: create a new id to resolve again",
+    "resolve_route": "resolve_route needs ADDR_RESOLVED: call resolve_addr and wait for its event first",
+    "bind_addr": "bind_addr needs a fresh id (IDLE): an id binds once",
+    "connect": "connect needs ROUTE_RESOLVED: resolve_addr, then resolve_route, each with its event",
+    "listen": "listen needs a fresh or bound id",
+    "disconnect": "disconnect needs a connection",
+}
+
+
+@dataclass(frozen=True)
+class DeviceRef:
+    """The RDMA device an id is bound to, as the kernel named it in QUERY replies."""
+
+    name: Optional[str]
+    index: Optional[int]
+    node_guid: int
+
+    def __str__(self) -> str:
+        return self.name or ("ibdev#%d" % self.index if self.index is not None else "guid %016x" % self.node_guid)
+
+
+@dataclass(frozen=True)
+class AddrInfo:
+    """QUERY ADDR's answer: where the id is bound and to what."""
+
+    src: Optional[Address]
+    dst: Optional[Address]
+    device: Optional[DeviceRef]
+    port_num: int
+    pkey: int
+
+
+@dataclass(frozen=True)
+class PathRecord:
+    """One IB path record (IBTA SA PathRecord, as QUERY PATH returns it)."""
+
+    flags: int
+    service_id: int
+    dgid: ipaddress.IPv6Address
+    sgid: ipaddress.IPv6Address
+    dlid: int
+    slid: int
+    raw_traffic: int
+    flow_label: int
+    hop_limit: int
+    traffic_class: int
+    reversible: int
+    numb_path: int
+    pkey: int
+    sl: int
+    mtu_selector: int
+    mtu: int
+    rate_selector: int
+    rate: int
+    packet_life_time_selector: int
+    packet_life_time: int
+    preference: int
+
+    @classmethod
+    def decode(cls, flags: int, rec: bytes) -> "PathRecord":
+        sid, dgid, sgid, dlid, slid, w, tclass, rn, pkey, qsl, mtu, rate, plt, pref = struct.unpack_from(
+            ">Q16s16sHHIBBHHBBBB", rec
+        )
+        return cls(
+            flags,
+            sid,
+            ipaddress.IPv6Address(dgid),
+            ipaddress.IPv6Address(sgid),
+            dlid,
+            slid,
+            w >> 31,
+            (w >> 8) & 0xFFFFF,
+            w & 0xFF,
+            tclass,
+            rn >> 7,
+            rn & 0x7F,
+            pkey,
+            qsl & 0xF,
+            mtu >> 6,
+            mtu & 0x3F,
+            rate >> 6,
+            rate & 0x3F,
+            plt >> 6,
+            plt & 0x3F,
+            pref,
+        )
+
+
+def _device_ref(transport: Any, index: Optional[int], guid: int) -> DeviceRef:
+    """Name the device of a QUERY reply: by kernel index, else by node GUID (0 = unknown)."""
+    name = None
+    try:
+        find = getattr(transport, "find_device", None)
+        if find is None:
+            from . import devices
+
+            find = devices.find_device
+        dev = find(index=index, node_guid=guid or None)
+        if dev is not None:
+            name = dev.name
+            if index is None:
+                index = getattr(dev, "index", None)
+    except Exception:
+        name = None
+    return DeviceRef(name, index, guid)
+
+
+class EventChannel:
+    """One rdma_cm fd: ``fileno()`` for select/poll, ``get_event()`` to read events.
+
+    ``EventChannel()`` opens the kernel device; ``EventChannel(transport)``
+    uses any object with ``write``, ``fileno`` and ``close`` (the fake kernel).
+    """
+
+    def __init__(self, transport: Any = None, *, legacy: Optional[bool] = None) -> None:
+        self._t = transport if transport is not None else KernelDevice()
+        self._write = self._t.write
+        self._ids: Dict[int, CmId] = {}
+        self._next_uid = 1
+        self._cmd_lock = threading.Lock()
+        self._reader_lock = threading.Lock()
+        self._reader: Optional[int] = None
+        self._pid = os.getpid()
+        self.closed = False
+        self._r_create = ReplyBuffer(CODECS["rdma_ucm_create_id_resp"].size)
+        self._r_destroy = ReplyBuffer(CODECS["rdma_ucm_destroy_id_resp"].size)
+        self._r_query = ReplyBuffer(max(_ADDR_RESP.size, _ROUTE_RESP.size, _QUERY_PATH_REPLY))
+        self._r_event = ReplyBuffer(EVENT_RESP_SIZE)
+        self._b_get_event = H_GET_EVENT + _GET_EVENT(self._r_event.address)
+        if legacy is None:
+            legacy = getattr(self._t, "legacy", None)
+            if legacy is None:
+                legacy = not _kernel_at_least(3, 11)
+        #: Use BIND_IP / RESOLVE_IP / QUERY_ROUTE (kernels before 3.11) instead of BIND / RESOLVE_ADDR / QUERY.
+        self.legacy = bool(legacy)
+
+    # -- fd
+    def fileno(self) -> int:
+        return self._t.fileno()
+
+    def close(self) -> None:
+        """Close the fd; the kernel destroys every id still on it."""
+        if self.closed:
+            return
+        self.closed = True
+        for cm_id in list(self._ids.values()):
+            cm_id._state = State.DESTROYED
+        self._ids.clear()
+        self._t.close()
+
+    def __enter__(self) -> "EventChannel":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            if not self.closed and os.getpid() == self._pid:
+                self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return "<EventChannel fd=%s ids=%d%s>" % (
+            "closed" if self.closed else self._t.fileno(),
+            len(self._ids),
+            " legacy" if self.legacy else "",
+        )
+
+    # -- commands
+    def _check(self) -> None:
+        if self.closed:
+            raise StateError("the event channel is closed")
+        if os.getpid() != self._pid:
+            raise StateError(
+                "this event channel was opened by process %d; a forked child must open its own "
+                "(the kernel refuses writes from other credentials, and the ids belong to the parent)" % self._pid
+            )
+
+    def execute(self, data: bytes, command: str = "command", **ctx: Any) -> None:
+        """Write one command; a refusal raises :class:`KernelError` with the real errno."""
+        try:
+            n = self._write(data)
+        except OSError as e:
+            if self.closed:
+                raise StateError("the event channel is closed") from None
+            raise KernelError(e.errno or errno.EIO, command, **ctx) from None
+        if n != len(data):
+            raise KernelError(errno.ENODATA, command, hint="short write (%d of %d bytes)" % (n, len(data)))
+
+    # -- events
+    def get_event(self, timeout: Optional[float] = None) -> Optional[Event]:
+        """The next event; ``None`` if none came within ``timeout`` seconds.
+
+        ``timeout=None`` waits for ever, ``0`` only polls.  EINTR is retried
+        with the time left.  Only one thread may wait at a time.
+        """
+        self._check()
+        if not self._reader_lock.acquire(blocking=False):
+            raise StateError(
+                "another thread is already reading events from this channel (thread %s); "
+                "read events from one thread and hand them out" % self._reader
+            )
+        try:
+            self._reader = threading.get_ident()
+            return self._get_event(timeout)
+        finally:
+            self._reader = None
+            self._reader_lock.release()
+
+    def _get_event(self, timeout: Optional[float]) -> Optional[Event]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        data = self._b_get_event
+        buf = self._r_event
+        while True:
+            try:
+                n = self._write(data)
+            except BlockingIOError:
+                n = -1
+            except OSError as e:
+                if self.closed:
+                    raise StateError("the event channel was closed while waiting") from None
+                if e.errno == errno.EINTR:
+                    continue
+                raise KernelError(e.errno or errno.EIO, "GET_EVENT") from None
+            if n > 0:
+                ev = self._dispatch(buf.view)
+                if ev is not None:
+                    return ev
+                continue
+            # nothing queued: wait for the fd to become readable
+            if deadline is None:
+                wait_ms = -1
+            else:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                wait_ms = max(1, int(left * 1000 + 0.999))
+            try:
+                fd = self._t.fileno()
+                p = select.poll()
+                p.register(fd, select.POLLIN)
+                p.poll(wait_ms)
+            except InterruptedError:  # pragma: no cover - retried by Python itself since 3.5
+                continue
+            except (ValueError, OSError, UsageError):
+                if self.closed:
+                    raise StateError("the event channel was closed while waiting") from None
+                raise
+
+    def _dispatch(self, view: Any) -> Optional[Event]:
+        uid, handle, ev, status, raw, ece = decode_event_head(view)
+        cm_id = self._ids.get(uid)
+        if cm_id is None:
+            return None  # an id destroyed meanwhile: its event is dropped
+        listen_id = None
+        if ev is E.CONNECT_REQUEST:
+            listen_id = cm_id
+            cm_id = CmId._adopt(self, handle, listen_id)
+        else:
+            new = TRANSITIONS.get((cm_id._state, ev))
+            if new is not None:
+                cm_id._state = new
+            cm_id._gen += 1
+        event = Event(ev, status, cm_id, handle, raw, ece, listen_id)
+        cm_id._unacked += 1
+        return event
+
+    def events(self, timeout: Optional[float] = None) -> Iterator[Event]:
+        """Iterate over events until none arrives within ``timeout``."""
+        while True:
+            ev = self.get_event(timeout)
+            if ev is None:
+                return
+            yield ev
+
+    @property
+    def ids(self) -> List["CmId"]:
+        return list(self._ids.values())
+
+    def _new_uid(self) -> int:
+        uid = self._next_uid
+        self._next_uid = uid + 1
+        return uid
+
+
+def _kernel_at_least(major: int, minor: int) -> bool:
+    try:
+        parts = os.uname().release.split(".")
+        return (int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or 0)) >= (major, minor)
+    except (ValueError, IndexError):
+        return True
+
+
+def _qp_type_for(ps: abi.PortSpace, qp_type: Optional[int]) -> abi.QpType:
+    if ps is abi.PortSpace.IB:
+        return abi.QpType(qp_type) if qp_type is not None else abi.QpType.RC
+    if qp_type is not None:
+        raise UsageError("qp_type is derived from the port space except for PortSpace.IB")
+    return abi.QpType.RC if ps is abi.PortSpace.TCP else abi.QpType.UD
+
+
+class CmId:
+    """An rdma_cm id (``struct rdma_cm_id``).
+
+    ``CmId(channel, ps=PortSpace.TCP)`` creates it (CREATE_ID);
+    ``CmId(None, ...)`` gives it a private channel and makes its calls blocking.
+    """
+
+    __slots__ = (
+        "channel",
+        "handle",
+        "uid",
+        "ps",
+        "qp_type",
+        "sync",
+        "_state",
+        "_gen",
+        "_info",
+        "_info_gen",
+        "_gid",
+        "_gid_gen",
+        "_dst",
+        "_unacked",
+        "context",
+        "__weakref__",
+    )
+
+    def __init__(
+        self,
+        channel: Optional[EventChannel] = None,
+        ps: Union[abi.PortSpace, int] = abi.PortSpace.TCP,
+        *,
+        qp_type: Optional[int] = None,
+        context: Any = None,
+    ) -> None:
+        try:
+            ps = abi.PortSpace(ps)
+        except ValueError:
+            raise UsageError(
+                "unknown port space %r: use PortSpace.TCP, UDP, IPOIB or IB" % (ps,)
+            ) from None
+        self.sync = channel is None
+        if channel is None:
+            channel = EventChannel()
+        elif not isinstance(channel, EventChannel):
+            raise UsageError("channel must be an EventChannel or None, got %r" % (channel,))
+        channel._check()
+        self.channel = channel
+        self.ps = ps
+        self.qp_type = _qp_type_for(ps, qp_type)
+        self.context = context
+        self._state = State.IDLE
+        self._gen = 0
+        self._info: Optional[AddrInfo] = None
+        self._info_gen = -1
+        self._gid: Optional[Tuple[Any, Any]] = None
+        self._gid_gen = -1
+        self._dst: Optional[Address] = None
+        self._unacked = 0
+        uid = channel._new_uid()
+        self.uid = uid
+        reply = channel._r_create
+        with channel._cmd_lock:
+            channel.execute(H_CREATE + _CREATE(uid, reply.address, ps, self.qp_type, b""), "CREATE_ID")
+            self.handle = _U32.unpack_from(reply.view)[0]
+        channel._ids[uid] = self
+
+    @classmethod
+    def _adopt(cls, channel: EventChannel, handle: int, listener: "CmId") -> "CmId":
+        """An id the kernel created for an incoming connection request."""
+        obj = cls.__new__(cls)
+        obj.channel, obj.handle, obj.ps, obj.qp_type = channel, handle, listener.ps, listener.qp_type
+        obj.sync, obj.context = False, listener.context
+        obj._state, obj._gen, obj._info, obj._info_gen = State.CONNECT, 0, None, -1
+        obj._gid, obj._gid_gen, obj._dst, obj._unacked = None, -1, None, 0
+        obj.uid = listener.uid  # the kernel reports the listener's uid for the new id
+        return obj
+
+    # -- state
+    @property
+    def state(self) -> State:
+        return self._state
+
+    def _transition(self, call: str) -> State:
+        st = self._state
+        if self.channel.closed:
+            raise StateError("%s: the id's event channel is closed (closing it destroyed the id)" % call)
+        if st is State.DESTROYED:
+            raise StateError("%s on a destroyed id (uid %d)" % (call, self.uid))
+        new = TRANSITIONS.get((st, call))
+        if new is None:
+            raise StateError("%s is not allowed in state %s: %s" % (call, st, _WHY.get(call, "")))
+        return new
+
+    def __repr__(self) -> str:
+        return "<CmId uid=%d handle=%s %s %s>" % (self.uid, getattr(self, "handle", "?"), self.ps.name, self._state)
+
+    # -- commands
+    def bind_addr(self, addr: Any) -> None:
+        """Bind to a local address (BIND, or BIND_IP on old kernels): ``rdma_bind_addr``."""
+        a = parse_address(addr)
+        new = self._transition("bind_addr")
+        ch = self.channel
+        ch._check()
+        if ch.legacy:
+            data = H_BIND_IP + _BIND_IP(0, a.pack_in6(), self.handle)
+        else:
+            data = H_BIND + _BIND(self.handle, a.size, 0, a.pack_storage())
+        ch.execute(data, "BIND" if not ch.legacy else "BIND_IP", src=a)
+        self._state = new
+        self._gen += 1
+
+    def resolve_addr(
+        self,
+        dst: Any,
+        src: Any = None,
+        timeout_ms: int = 2000,
+    ) -> Optional[Event]:
+        """Resolve ``dst`` (and bind to ``src`` or a routed source): ``rdma_resolve_addr``.
+
+        Sends RESOLVE_ADDR (RESOLVE_IP on old kernels).  ADDR_RESOLVED or
+        ADDR_ERROR follows on the channel; in sync mode this waits for it and
+        raises :class:`EventError` on ADDR_ERROR.  A synchronous refusal (no
+        route: ENETUNREACH, a non-local source: EADDRNOTAVAIL ...) raises
+        :class:`KernelError`.  On an id that is already bound the kernel
+        ignores ``src``; a different ``src`` is warned about.
+        """
+        d = parse_address(dst)
+        s = parse_address(src) if src is not None else None
+        if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or not 0 <= timeout_ms <= 0xFFFFFFFF:
+            raise UsageError("timeout_ms must be an int in 0..4294967295 (milliseconds), got %r" % (timeout_ms,))
+        if s is not None and s.family != d.family:
+            raise UsageError(
+                "source %s and destination %s are of different families: the kernel requires one family" % (s, d)
+            )
+        new = self._transition("resolve_addr")
+        if self._state is State.ADDR_BOUND and s is not None:
+            bound = self._bound_src()
+            if bound is None or bound != s:
+                warnings.warn(
+                    SourceIgnoredWarning(
+                        "id is already bound (to %s): the kernel ignores the source %s" % (bound, s)
+                    ),
+                    stacklevel=2,
+                )
+        ch = self.channel
+        ch._check()
+        if ch.legacy:
+            data = H_RESOLVE_IP + _RESOLVE_IP(
+                s.pack_in6() if s is not None else bytes(28), d.pack_in6(), self.handle, timeout_ms
+            )
+        else:
+            data = H_RESOLVE_ADDR + _RESOLVE_ADDR(
+                self.handle,
+                timeout_ms,
+                s.size if s is not None else 0,
+                d.size,
+                0,
+                s.pack_storage() if s is not None else b"",
+                d.pack_storage(),
+            )
+        ch.execute(data, "RESOLVE_ADDR" if not ch.legacy else "RESOLVE_IP", src=s, dst=d)
+        self._state = new
+        self._dst = d
+        self._gen += 1
+        if self.sync:
+            return self._complete(E.ADDR_RESOLVED, "RESOLVE_ADDR", src=s, dst=d)
+        return None
+
+    def resolve_route(self, timeout_ms: int = 2000) -> Optional[Event]:
+        """Resolve the route to the destination (RESOLVE_ROUTE): ``rdma_resolve_route``.
+
+        ROUTE_RESOLVED or ROUTE_ERROR follows.  The kernel refuses
+        ``timeout_ms == 0`` with EINVAL; so do we, before the syscall.
+        """
+        if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or not 0 < timeout_ms <= 0xFFFFFFFF:
+            raise UsageError("timeout_ms must be an int in 1..4294967295 (milliseconds), got %r" % (timeout_ms,))
+        new = self._transition("resolve_route")
+        ch = self.channel
+        ch._check()
+        ch.execute(H_RESOLVE_ROUTE + _RESOLVE_ROUTE(self.handle, timeout_ms), "RESOLVE_ROUTE", dst=self._dst)
+        self._state = new
+        self._gen += 1
+        if self.sync:
+            return self._complete(E.ROUTE_RESOLVED, "RESOLVE_ROUTE", dst=self._dst)
+        return None
+
+    def listen(self, backlog: int = 0) -> None:
+        """Listen for connection requests (LISTEN): ``rdma_listen``."""
+        if not isinstance(backlog, int) or not 0 <= backlog <= 0x7FFFFFFF:
+            raise UsageError("backlog must be an int >= 0, got %r" % (backlog,))
+        new = self._transition("listen")
+        self.channel._check()
+        self.channel.execute(H_LISTEN + _LISTEN(self.handle, backlog), "LISTEN")
+        self._state = new
+        self._gen += 1
+
+    def connect(
+        self,
+        qp_num: int = 0,
+        private_data: bytes = b"",
+        *,
+        responder_resources: int = 0,
+        initiator_depth: int = 0,
+        retry_count: int = 7,
+        rnr_retry_count: int = 7,
+        flow_control: int = 0,
+        srq: int = 0,
+        qkey: int = 0,
+        ece: Tuple[int, int] = (0, 0),
+    ) -> Optional[Event]:
+        """Connect to the resolved destination (CONNECT): ``rdma_connect``.
+
+        Without libibverbs there is no QP here: ``qp_num`` names the QP the
+        caller made elsewhere (the CM carries it to the peer).
+        """
+        if not isinstance(private_data, (bytes, bytearray)):
+            raise UsageError("private_data must be bytes")
+        if len(private_data) > abi.RDMA_MAX_PRIVATE_DATA:
+            raise UsageError(
+                "private_data is %d bytes; the CM carries at most %d" % (len(private_data), abi.RDMA_MAX_PRIVATE_DATA)
+            )
+        for name, v, hi in (
+            ("qp_num", qp_num, 0xFFFFFF),
+            ("responder_resources", responder_resources, 0xFF),
+            ("initiator_depth", initiator_depth, 0xFF),
+            ("retry_count", retry_count, 7),
+            ("rnr_retry_count", rnr_retry_count, 7),
+        ):
+            if not isinstance(v, int) or not 0 <= v <= hi:
+                raise UsageError("%s must be an int in 0..%d, got %r" % (name, hi, v))
+        new = self._transition("connect")
+        ch = self.channel
+        ch._check()
+        data = H_CONNECT + _CONNECT(
+            qp_num,
+            qkey,
+            bytes(private_data),
+            len(private_data),
+            srq,
+            responder_resources,
+            initiator_depth,
+            flow_control,
+            retry_count,
+            rnr_retry_count,
+            1,
+            self.handle,
+            0,
+            ece[0],
+            ece[1],
+        )
+        ch.execute(data, "CONNECT", dst=self._dst)
+        self._state = new
+        self._gen += 1
+        if self.sync:
+            return self._complete(E.ESTABLISHED, "CONNECT", dst=self._dst)
+        return None
+
+    def disconnect(self) -> None:
+        new = self._transition("disconnect")
+        self.channel.execute(H_DISCONNECT + _DISCONNECT(self.handle), "DISCONNECT")
+        self._state = new
+
+    def destroy(self) -> int:
+        """Destroy the id (DESTROY_ID): ``rdma_destroy_id``.  Returns ``events_reported``.
+
+        Never blocks: events not yet acked are reported with an
+        :class:`UnackedEventsWarning` (librdmacm would wait for them for ever).
+        """
+        if self._state is State.DESTROYED:
+            raise StateError("destroy: id uid %d is already destroyed" % self.uid)
+        ch = self.channel
+        if ch.closed:
+            self._state = State.DESTROYED
+            raise StateError("destroy: the id's event channel is closed (the kernel destroyed its ids then)")
+        ch._check()
+        reply = ch._r_destroy
+        with ch._cmd_lock:
+            ch.execute(H_DESTROY + _DESTROY(reply.address, self.handle, 0), "DESTROY_ID")
+            reported = _U32.unpack_from(reply.view)[0]
+        self._state = State.DESTROYED
+        if ch._ids.get(self.uid) is self:
+            del ch._ids[self.uid]
+        if self._unacked:
+            warnings.warn(
+                UnackedEventsWarning(
+                    "id uid %d destroyed with %d event(s) not acked (harmless here; librdmacm would block)"
+                    % (self.uid, self._unacked)
+                ),
+                stacklevel=2,
+            )
+        if self.sync:
+            ch.close()
+        return reported
+
+    def __enter__(self) -> "CmId":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._state is not State.DESTROYED and not self.channel.closed:
+            self.destroy()
+
+    def _ack(self, event: Event) -> None:
+        if self._unacked <= 0:
+            raise StateError("ack: every event of id uid %d was already acked" % self.uid)
+        self._unacked -= 1
+
+    def _complete(self, want: E, command: str, **ctx: Any) -> Event:
+        """Sync mode: wait for this id's outcome event; raise on a failure event."""
+        while True:
+            ev = self.channel.get_event(None)
+            if ev is None or ev.id is not self:
+                continue
+            ev.ack()
+            if ev.event is want:
+                return ev
+            if not ev.ok or ev.status:
+                raise EventError(ev, command, netdev=None, **ctx)
+            if ev.event is E.CONNECT_RESPONSE:
+                continue
+            return ev
+
+    # -- queries (lazy, cached until the next state change)
+    def _bound_src(self) -> Optional[Address]:
+        try:
+            return self.query_addr().src
+        except KernelError:
+            return None
+
+    def query_addr(self) -> AddrInfo:
+        """QUERY ADDR (QUERY_ROUTE on old kernels): source, destination, device, port, pkey."""
+        if self._info is not None and self._info_gen == self._gen:
+            return self._info
+        if self._state is State.DESTROYED:
+            raise StateError("query on a destroyed id")
+        ch = self.channel
+        ch._check()
+        buf = ch._r_query
+        with ch._cmd_lock:
+            if ch.legacy:
+                buf.clear()
+                ch.execute(H_QUERY_ROUTE + _QUERY(buf.address, self.handle, 0), "QUERY_ROUTE")
+                r = _ROUTE_RESP.unpack_dict(buf.view)
+                raw = buf.bytes()
+                off_src = _ROUTE_SRC_OFFSET
+                src = unpack_sockaddr(raw[off_src : off_src + 28])
+                dst = unpack_sockaddr(raw[off_src + 28 : off_src + 56])
+                guid, port, index = r["node_guid"], r["port_num"], r["ibdev_index"]
+                pkey = r["ib_route[0].pkey"]
+            else:
+                buf.clear()
+                buf.fill(b"\0" * (_ADDR_RESP.size - 8) + b"\xff\xff\xff\xff")  # ibdev_index = -1 on old kernels
+                ch.execute(
+                    H_QUERY_ADDR + _QUERY(buf.address, self.handle, abi.QueryOption.ADDR), "QUERY", dst=self._dst
+                )
+                guid, port, _r, pkey, src_size, dst_size, s_raw, d_raw, index, _r1 = _ADDR_RESP.unpack_from(buf.view)
+                src = unpack_sockaddr(s_raw) if src_size else None
+                dst = unpack_sockaddr(d_raw) if dst_size else None
+        device = None
+        if guid or (index != _NO_INDEX and port):
+            device = _device_ref(ch._t, None if index == _NO_INDEX else index, guid)
+        info = AddrInfo(src, dst, device, port, pkey)
+        self._info, self._info_gen = info, self._gen
+        return info
+
+    def query_gid(self) -> Tuple[Optional[Address], Optional[Address]]:
+        """QUERY GID: source and destination as AF_IB addresses (the GIDs, pkey, service id)."""
+        if self._gid is not None and self._gid_gen == self._gen:
+            return self._gid
+        ch = self.channel
+        ch._check()
+        buf = ch._r_query
+        with ch._cmd_lock:
+            buf.clear()
+            ch.execute(H_QUERY_ADDR + _QUERY(buf.address, self.handle, abi.QueryOption.GID), "QUERY", dst=self._dst)
+            _g, _p, _r, _pk, src_size, dst_size, s_raw, d_raw, _i, _r1 = _ADDR_RESP.unpack_from(buf.view)
+        res = (unpack_sockaddr(s_raw) if src_size else None, unpack_sockaddr(d_raw) if dst_size else None)
+        self._gid, self._gid_gen = res, self._gen
+        return res
+
+    def query_path(self) -> List[PathRecord]:
+        """QUERY PATH: the path records of the resolved route (up to 6)."""
+        ch = self.channel
+        ch._check()
+        buf = ch._r_query
+        with ch._cmd_lock:
+            buf.clear()
+            ch.execute(H_QUERY_PATH + _QUERY(buf.address, self.handle, abi.QueryOption.PATH), "QUERY", dst=self._dst)
+            raw = buf.bytes(_QUERY_PATH_REPLY)
+        num = min(_U32.unpack_from(raw)[0], QUERY_PATH_MAX)
+        out = []
+        for i in range(num):
+            off = 8 + i * _PATH_SIZE
+            flags = _U32.unpack_from(raw, off)[0]
+            out.append(PathRecord.decode(flags, raw[off + 8 : off + _PATH_SIZE]))
+        return out
+
+    # -- librdmacm's accessors
+    def get_local_addr(self) -> Optional[Address]:
+        """``rdma_get_local_addr``: the bound source address (and port)."""
+        return self.query_addr().src
+
+    def get_peer_addr(self) -> Optional[Address]:
+        """``rdma_get_peer_addr``: the destination address (and port)."""
+        info = self.query_addr()
+        return info.dst if info.dst is not None else self._dst
+
+    def get_src_port(self) -> int:
+        """``rdma_get_src_port``, as a host-order number (librdmacm returns it in network order)."""
+        a = self.get_local_addr()
+        return a.port if a is not None else 0
+
+    def get_dst_port(self) -> int:
+        """``rdma_get_dst_port``, as a host-order number (librdmacm returns it in network order)."""
+        a = self.get_peer_addr()
+        return a.port if a is not None else 0
+
+    local_addr = property(get_local_addr)
+    peer_addr = property(get_peer_addr)
+
+    @property
+    def device(self) -> Optional[DeviceRef]:
+        return self.query_addr().device
+
+    @property
+    def port_num(self) -> int:
+        return self.query_addr().port_num
+
+    @property
+    def pkey(self) -> int:
+        return self.query_addr().pkey
+
+    @property
+    def sgid(self) -> Optional[ipaddress.IPv6Address]:
+        s = self.query_gid()[0]
+        return s.ip if s is not None and s.family == AF_IB else None  # type: ignore[return-value]
+
+    @property
+    def dgid(self) -> Optional[ipaddress.IPv6Address]:
+        d = self.query_gid()[1]
+        return d.ip if d is not None and d.family == AF_IB else None  # type: ignore[return-value]

@@ -1,0 +1,356 @@
+"""The behavioural suite of the core, run twice: against the fake kernel on the
+host (tests/test_cm_fake.py) and against the real rdma_cm in the kernel lab
+(tests/kernel/test_cm_kernel.py).  Each importer provides a ``world`` fixture
+(see :class:`World`); the expectations here hold for both, which is what
+keeps the fake honest.
+"""
+
+from __future__ import annotations
+
+import errno
+import select
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pytest
+
+from pyrdmacm.abi import CmEventType as E
+from pyrdmacm.abi import PortSpace, QpType
+from pyrdmacm.cm import CmId, EventChannel, SourceIgnoredWarning, State, UnackedEventsWarning
+from pyrdmacm.errors import EventError, KernelError, StateError, UsageError
+
+
+@dataclass
+class World:
+    transport: Callable[[], Any]  # a new rdma_cm device (real or fake)
+    local: str  # an address of this host with an RDMA device
+    peer: str  # an on-link address that answers ARP
+    silent: str  # an on-link address nobody answers
+    no_route: str  # an address with no route at all
+    no_route_errno: int
+    not_local: str  # an address of no interface here
+    device: str  # the RDMA device name the local address maps to
+    #: seconds the silent-destination case may take beyond its timeout
+    slack: float = 2.0
+
+    def channel(self) -> EventChannel:
+        return EventChannel(self.transport())
+
+
+def wait(ch: EventChannel, timeout: float = 10.0):
+    ev = ch.get_event(timeout)
+    assert ev is not None, "no event within %ss" % timeout
+    return ev
+
+
+def test_resolve_own_address(world: World):
+    with world.channel() as ch:
+        cm = CmId(ch)
+        cm.resolve_addr(world.local, timeout_ms=2000)
+        ev = wait(ch)
+        assert ev.event is E.ADDR_RESOLVED and ev.status == 0 and ev.id is cm
+        assert cm.state is State.ADDR_RESOLVED
+        assert str(cm.get_local_addr().ip) == world.local
+        assert str(cm.get_peer_addr().ip) == world.local
+        assert cm.get_src_port() != 0  # the kernel picked an ephemeral port
+        assert cm.get_dst_port() == 0
+        assert cm.device is not None and cm.device.name == world.device
+        assert cm.port_num == 1
+        ev.ack()
+        assert cm.destroy() == 1
+
+
+def test_resolve_peer_then_route(world: World):
+    with world.channel() as ch:
+        cm = CmId(ch)
+        cm.resolve_addr(world.peer, timeout_ms=3000)
+        ev = wait(ch)
+        assert ev.event is E.ADDR_RESOLVED, ev
+        assert str(cm.get_peer_addr().ip) == world.peer
+        sgid, dgid = cm.sgid, cm.dgid
+        assert sgid is not None and dgid is not None and sgid != dgid
+        cm.resolve_route(3000)
+        ev = wait(ch)
+        assert ev.event is E.ROUTE_RESOLVED, ev
+        assert cm.state is State.ROUTE_RESOLVED
+        paths = cm.query_path()
+        assert paths and paths[0].sgid == sgid and paths[0].dgid == dgid
+
+
+def test_silent_destination_times_out(world: World):
+    with world.channel() as ch:
+        cm = CmId(ch)
+        t0 = time.monotonic()
+        cm.resolve_addr(world.silent, timeout_ms=300)
+        ev = wait(ch, 10)
+        took = time.monotonic() - t0
+        assert ev.event is E.ADDR_ERROR
+        assert ev.status == -errno.ETIMEDOUT and ev.status_name == "ETIMEDOUT"
+        assert not ev.ok
+        assert 0.25 <= took <= 0.3 + world.slack
+        assert cm.state is State.ADDR_BOUND  # the kernel reverts, the id may resolve again
+        cm.resolve_addr(world.local, timeout_ms=1000)
+        assert wait(ch).event is E.ADDR_RESOLVED
+
+
+def test_no_route_fails_in_write_and_channel_survives(world: World):
+    with world.channel() as ch:
+        other = CmId(ch)
+        cm = CmId(ch)
+        with pytest.raises(KernelError) as exc:
+            cm.resolve_addr(world.no_route, timeout_ms=500)
+        assert exc.value.errno == world.no_route_errno
+        assert exc.value.command in ("RESOLVE_ADDR", "RESOLVE_IP")
+        assert str(exc.value.dst) == world.no_route
+        assert ch.get_event(0.2) is None  # no event for a refused command
+        other.resolve_addr(world.local, timeout_ms=1000)
+        assert wait(ch).id is other
+
+
+def test_given_source_binds(world: World):
+    with world.channel() as ch:
+        cm = CmId(ch)
+        cm.resolve_addr(world.peer, src=(world.local, 0), timeout_ms=3000)
+        assert wait(ch).event is E.ADDR_RESOLVED
+        assert str(cm.local_addr.ip) == world.local
+
+
+def test_given_source_with_port(world: World):
+    with world.channel() as ch:
+        cm = CmId(ch)
+        cm.resolve_addr(world.local, src=(world.local, 47123), timeout_ms=2000)
+        assert wait(ch).event is E.ADDR_RESOLVED
+        assert cm.get_src_port() == 47123
+
+
+def test_non_local_source_is_refused(world: World):
+    with world.channel() as ch:
+        cm = CmId(ch)
+        with pytest.raises(KernelError) as exc:
+            cm.resolve_addr(world.peer, src=world.not_local)
+        assert exc.value.errno == errno.EADDRNOTAVAIL
+        assert "not a local address" in str(exc.value)
+
+
+def test_bind_then_resolve_ignores_source(world: World):
+    with world.channel() as ch:
+        cm = CmId(ch)
+        cm.bind_addr(world.local)
+        assert cm.state is State.ADDR_BOUND
+        with pytest.warns(SourceIgnoredWarning):
+            cm.resolve_addr(world.local, src=world.not_local, timeout_ms=2000)
+        assert wait(ch).event is E.ADDR_RESOLVED
+        assert str(cm.local_addr.ip) == world.local
+
+
+def test_resolve_twice_is_a_state_error_before_the_syscall(world: World):
+    with world.channel() as ch:
+        cm = CmId(ch)
+        cm.resolve_addr(world.silent, timeout_ms=5000)
+        with pytest.raises(StateError, match="resolve_addr is not allowed in state ADDR_QUERY"):
+            cm.resolve_addr(world.silent)
+        with pytest.raises(StateError, match="wait for its event"):
+            cm.resolve_route()
+        cm.destroy()
+        assert ch.get_event(0) is None
+
+
+def test_destroy_before_event_drops_it(world: World):
+    with world.channel() as ch:
+        cm = CmId(ch)
+        cm.resolve_addr(world.silent, timeout_ms=200)
+        assert cm.destroy() == 0
+        assert ch.get_event(0.6) is None
+        with pytest.raises(StateError, match="already destroyed"):
+            cm.destroy()
+        with pytest.raises(StateError, match="destroyed id"):
+            cm.resolve_addr(world.local)
+
+
+def test_destroy_reports_events_and_never_blocks_on_unacked(world: World):
+    with world.channel() as ch:
+        cm = CmId(ch)
+        cm.resolve_addr(world.local, timeout_ms=2000)
+        ev = wait(ch)
+        with pytest.warns(UnackedEventsWarning):
+            assert cm.destroy() == 1
+        ev2_id = CmId(ch)
+        ev2_id.resolve_addr(world.local)
+        ev2 = wait(ch)
+        ev2.ack()
+        with pytest.raises(StateError, match="already acked"):
+            ev2.ack()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert ev2_id.destroy() == 1
+        assert ev.id is cm
+
+
+def test_loopback_resolves_but_has_no_route(world: World):
+    with world.channel() as ch:
+        cm = CmId(ch)
+        cm.resolve_addr("127.0.0.1", timeout_ms=1000)
+        ev = wait(ch)
+        assert ev.event is E.ADDR_RESOLVED
+        assert str(cm.local_addr.ip) == "127.0.0.1"
+        assert cm.device is not None
+        with pytest.raises(KernelError) as exc:
+            cm.resolve_route(1000)
+        assert exc.value.errno == errno.ENODEV
+
+
+@pytest.mark.parametrize("ps,qp", [(PortSpace.TCP, QpType.RC), (PortSpace.UDP, QpType.UD), (PortSpace.IPOIB, QpType.UD)])
+def test_port_spaces(world: World, ps, qp):
+    with world.channel() as ch:
+        cm = CmId(ch, ps)
+        assert cm.qp_type is qp
+        if ps is not PortSpace.IPOIB:
+            cm.resolve_addr(world.local, timeout_ms=1000)
+            assert wait(ch).event is E.ADDR_RESOLVED
+
+
+def test_ps_ib_takes_a_qp_type(world: World):
+    with world.channel() as ch:
+        assert CmId(ch, PortSpace.IB, qp_type=QpType.UD).qp_type is QpType.UD
+        with pytest.raises(UsageError):
+            CmId(ch, PortSpace.TCP, qp_type=QpType.UD)
+        with pytest.raises(UsageError, match="unknown port space"):
+            CmId(ch, 0x999)
+
+
+def test_sync_mode(world: World, monkeypatch):
+    import pyrdmacm.cm
+
+    made = []
+
+    def device():
+        t = world.transport()
+        made.append(t)
+        return t
+
+    monkeypatch.setattr(pyrdmacm.cm, "KernelDevice", device)
+    cm = CmId(None)
+    ev = cm.resolve_addr(world.local, timeout_ms=1000)
+    assert ev.event is E.ADDR_RESOLVED
+    bad = CmId(None)
+    with pytest.raises(EventError) as exc:
+        bad.resolve_addr(world.silent, timeout_ms=200)
+    assert exc.value.errno == errno.ETIMEDOUT and exc.value.event.status == -errno.ETIMEDOUT
+    assert "ADDR_ERROR" in str(exc.value) and "ARP" in str(exc.value)
+    assert cm.channel is not bad.channel  # one private channel each
+    cm.destroy()
+    bad.destroy()
+    assert len(made) == 2 and cm.channel.closed and bad.channel.closed
+
+
+def test_fileno_and_polling(world: World):
+    with world.channel() as ch:
+        assert ch.get_event(0) is None
+        r, _, _ = select.select([ch], [], [], 0)
+        assert r == []
+        cm = CmId(ch)
+        cm.resolve_addr(world.local, timeout_ms=1000)
+        r, _, _ = select.select([ch], [], [], 5)
+        assert r == [ch]
+        assert wait(ch, 0.5).id is cm
+
+
+def test_closed_channel(world: World):
+    ch = world.channel()
+    cm = CmId(ch)
+    ch.close()
+    ch.close()  # twice is fine
+    with pytest.raises(StateError, match="closed"):
+        ch.get_event(0)
+    with pytest.raises(StateError, match="closed"):
+        cm.resolve_addr(world.local)
+    with pytest.raises(StateError, match="closed"):
+        CmId(ch)
+
+
+def test_two_readers_are_refused(world: World):
+    with world.channel() as ch:
+        errors: list = []
+        started = threading.Event()
+
+        def reader():
+            started.set()
+            try:
+                ch.get_event(1.0)
+            except Exception as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        t = threading.Thread(target=reader)
+        t.start()
+        started.wait()
+        time.sleep(0.1)
+        with pytest.raises(StateError, match="another thread is already reading"):
+            ch.get_event(0)
+        t.join()
+        assert errors == []
+
+
+def test_commands_from_many_threads(world: World):
+    with world.channel() as ch:
+        ids = []
+        lock = threading.Lock()
+
+        def worker():
+            for _ in range(10):
+                cm = CmId(ch)
+                cm.resolve_addr(world.local, timeout_ms=2000)
+                with lock:
+                    ids.append(cm)
+
+        threads = [threading.Thread(target=worker) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        seen = set()
+        while len(seen) < 40:
+            ev = wait(ch)
+            assert ev.event is E.ADDR_RESOLVED
+            seen.add(ev.id.uid)
+        assert seen == {c.uid for c in ids}
+
+
+def test_bad_arguments_raise_before_the_syscall(world: World):
+    with world.channel() as ch:
+        cm = CmId(ch)
+        for bad, match in [
+            (lambda: cm.resolve_addr("not an address"), "not an IP address"),
+            (lambda: cm.resolve_addr("fe80::1"), "needs a zone"),
+            (lambda: cm.resolve_addr("fe80::1%nosuchif0"), "unknown zone"),
+            (lambda: cm.resolve_addr(world.local, timeout_ms=-1), "timeout_ms"),
+            (lambda: cm.resolve_addr(world.local, timeout_ms=1.5), "timeout_ms"),
+            (lambda: cm.resolve_addr(world.local, src="::1"), "different families"),
+            (lambda: cm.resolve_addr((world.local, 70000)), "out of range"),
+            (lambda: cm.resolve_addr(1234), "cannot use"),
+        ]:
+            with pytest.raises(UsageError, match=match):
+                bad()
+        assert cm.state is State.IDLE
+        cm.resolve_addr(world.local, timeout_ms=1000)
+        assert wait(ch).event is E.ADDR_RESOLVED
+
+
+def test_many_ids_one_channel(world: World):
+    with world.channel() as ch:
+        ids = [CmId(ch) for _ in range(200)]
+        for cm in ids:
+            cm.resolve_addr(world.local, timeout_ms=2000)
+        got = {wait(ch).id.uid for _ in ids}
+        assert got == {cm.uid for cm in ids}
+        for cm in ids:
+            cm.resolve_route(2000)
+        got = {wait(ch).event for _ in ids}
+        assert got == {E.ROUTE_RESOLVED}
+        assert sum(cm.destroy() for cm in ids) == 400
+        assert ch.ids == []
+
+
+__all__ = [n for n in dir() if n.startswith("test_")] + ["World", "wait"]

@@ -354,3 +354,34 @@ def test_many_ids_one_channel(world: World):
 
 
 __all__ = [n for n in dir() if n.startswith("test_")] + ["World", "wait"]
+
+
+def test_asyncio_resolves_many_ids_concurrently(world: World):
+    import asyncio
+
+    from pyrdmacm.aio import AsyncChannel
+
+    async def main():
+        async with AsyncChannel(world.channel()) as ach:
+            ids = [CmId(ach.channel) for _ in range(50)]
+            evs = await asyncio.gather(*(ach.resolve_addr(i, world.local, timeout_ms=2000) for i in ids))
+            assert [e.id for e in evs] == ids and {e.event for e in evs} == {E.ADDR_RESOLVED}
+            evs = await asyncio.gather(*(ach.resolve_route(i, 2000) for i in ids))
+            assert {e.event for e in evs} == {E.ROUTE_RESOLVED}
+            bad = CmId(ach.channel)
+            with pytest.raises(EventError) as exc:
+                await ach.resolve_addr(bad, world.silent, timeout_ms=200)
+            assert exc.value.errno == errno.ETIMEDOUT
+            with pytest.raises(KernelError):
+                await ach.resolve_addr(CmId(ach.channel), world.no_route)
+            # an event nobody awaits goes to get_event()
+            other = CmId(ach.channel)
+            other.resolve_addr(world.local, timeout_ms=1000)
+            ev = await asyncio.wait_for(ach.get_event(), 10)
+            assert ev.id is other
+        assert ach.channel.closed
+
+    asyncio.run(main())
+
+
+__all__.append("test_asyncio_resolves_many_ids_concurrently")

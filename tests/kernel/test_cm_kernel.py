@@ -1,0 +1,44 @@
+"""The core's behavioural suite (tests/cm_behaviour.py) against the real rdma_cm.
+
+Runs in the kernel lab's single topology: rxe0 on eth0 10.0.2.15/24, the user
+network's gateway 10.0.2.2 answering ARP, nobody at 10.0.2.200.  For the
+no-route case the module deletes the IPv4 default route (and puts it back):
+then 198.51.100.1 has no route at all and the kernel answers ENETUNREACH
+from write(), as the lab recipe recorded.
+"""
+
+import errno
+import subprocess
+
+import pytest
+
+from cm_behaviour import *  # noqa: F401,F403
+from cm_behaviour import World
+from pyrdmacm._device import KernelDevice
+
+pytestmark = pytest.mark.kernel
+
+
+def _ip(*args):
+    return subprocess.run(["ip", *args], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture(scope="module")
+def world():
+    default = _ip("-4", "route", "show", "default").strip()
+    if default:
+        _ip("route", "del", "default")
+    try:
+        yield World(
+            transport=KernelDevice,
+            local="10.0.2.15",
+            peer="10.0.2.2",
+            silent="10.0.2.200",
+            no_route="198.51.100.1",
+            no_route_errno=errno.ENETUNREACH,
+            not_local="10.0.2.77",
+            device="rxe0",
+        )
+    finally:
+        if default:
+            _ip("route", "add", *default.split())

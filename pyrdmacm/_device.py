@@ -60,6 +60,39 @@ class ReplyBuffer:
         return self._buf.raw[: self.size if n is None else n]
 
 
+class GuardedHeader:
+    """A command header placed just before an inaccessible page.
+
+    ``ucma_write`` checks the command number (EINVAL if this kernel has no such
+    command) before the handler reads the body with ``copy_from_user``.
+    Written from here with a full ``in`` (the body would lie on the guard page),
+    a command the kernel knows faults there (EFAULT, or ENOSPC from a reply-size
+    check) without doing anything; GET_OPTION answers ENOSYS.
+    So the answer tells which commands exist, and nothing changes.
+    """
+
+    def __init__(self) -> None:
+        import mmap
+
+        page = mmap.PAGESIZE
+        self._map = mmap.mmap(-1, 2 * page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        base = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
+        self._libc = libc = ctypes.CDLL(None, use_errno=True)
+        libc.write.restype = ctypes.c_ssize_t
+        if libc.mprotect(ctypes.c_void_p(base + page), ctypes.c_size_t(page), 0) != 0:
+            raise OSError(ctypes.get_errno(), "mprotect")
+        self._page = page
+
+    def probe(self, device: "KernelDevice", cmd: int, size_in: int, size_out: int) -> int:
+        """The errno the kernel answers for ``cmd`` whose ``size_in`` body bytes are unreadable."""
+        off = self._page - 8
+        self._map[off : off + 8] = cmd.to_bytes(4, "little") + size_in.to_bytes(2, "little") + size_out.to_bytes(2, "little")
+        base = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
+        # write() only passes the pointer and length; the kernel itself reads the body (and faults)
+        n = self._libc.write(device.fileno(), ctypes.c_void_p(base + off), ctypes.c_size_t(8 + size_in))
+        return 0 if n >= 0 else ctypes.get_errno()
+
+
 def write_to_address(address: int, data: bytes) -> None:
     """What ``copy_to_user`` does; used by the fake kernel only."""
     ctypes.memmove(address, data, len(data))

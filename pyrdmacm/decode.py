@@ -1,0 +1,184 @@
+"""Decode what a program wrote to rdma_cm (or what the kernel wrote back) into named fields.
+
+Theory of operation
+-------------------
+Input is bytes: a whole command write (``rdma_ucm_cmd_hdr`` + body), or a
+reply buffer together with the command it answers.  :func:`parse_input`
+accepts hex (spaces, ``0x`` and ``\\x`` allowed) or a line of ``strace -X raw
+-xx`` output such as ``write(3, "\\x15\\x00...", 280) = 280``.  Decoding uses
+the construct declarations of :mod:`pyrdmacm.abi` -- speed does not matter
+here, fidelity does -- and renders the result as plain JSON-able data:
+enums by name, socket addresses as text, byte arrays as hex.
+
+Bad input raises :class:`~pyrdmacm.errors.DecodeError` naming the struct and
+the offset where the bytes ran out or went wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, Optional, Tuple
+
+from construct import Container, ListContainer, StreamError
+
+from . import abi
+from .addr import unpack_sockaddr
+from .errors import DecodeError
+
+__all__ = ["parse_input", "decode_command", "decode_reply", "REPLY_KINDS"]
+
+_STRACE = re.compile(r'write\(\s*\d+\s*,\s*"((?:[^"\\]|\\.)*)"')
+_HEXCHARS = re.compile(r"^[0-9a-fA-F]*$")
+
+#: ``--reply`` names: command (and QUERY option) -> the reply struct
+REPLY_KINDS = {
+    "CREATE_ID": "rdma_ucm_create_id_resp",
+    "DESTROY_ID": "rdma_ucm_destroy_id_resp",
+    "GET_EVENT": "rdma_ucm_event_resp",
+    "QUERY_ROUTE": "rdma_ucm_query_route_resp",
+    "QUERY:ADDR": "rdma_ucm_query_addr_resp",
+    "QUERY:GID": "rdma_ucm_query_addr_resp",
+    "QUERY:PATH": "rdma_ucm_query_path_resp",
+    "QUERY:IB_SERVICE": "rdma_ucm_query_ib_service_resp",
+    "INIT_QP_ATTR": "ib_uverbs_qp_attr",
+    "MIGRATE_ID": "rdma_ucm_migrate_resp",
+    "JOIN_MCAST": "rdma_ucm_create_id_resp",
+    "JOIN_IP_MCAST": "rdma_ucm_create_id_resp",
+    "LEAVE_MCAST": "rdma_ucm_destroy_id_resp",
+}
+
+_VARIABLE = {
+    "rdma_ucm_query_path_resp": ("num_paths", "path_data", abi.ib_path_rec_data),
+    "rdma_ucm_query_ib_service_resp": ("num_service_recs", "recs", abi.ib_user_service_rec),
+}
+
+_ENUM_FIELDS = {
+    ("rdma_ucm_cmd_hdr", "cmd"): abi.UserCmCmd,
+    ("rdma_ucm_create_id", "ps"): abi.PortSpace,
+    ("rdma_ucm_create_id", "qp_type"): abi.QpType,
+    ("rdma_ucm_query", "option"): abi.QueryOption,
+    ("rdma_ucm_event_resp", "event"): abi.CmEventType,
+    ("rdma_ucm_write_cm_event", "event"): abi.CmEventType,
+    ("rdma_ucm_join_mcast", "join_flags"): abi.McJoinFlag,
+    ("rdma_ucm_set_option", "level"): abi.OptionLevel,
+}
+
+_SOCKADDR_FIELDS = {"addr", "src_addr", "dst_addr"}
+
+
+def parse_input(text: str) -> bytes:
+    """Bytes from hex text or from an strace ``write(...)`` line."""
+    text = text.strip()
+    m = _STRACE.search(text)
+    if m:
+        body = m.group(1)
+        try:
+            return body.encode("latin-1").decode("unicode_escape").encode("latin-1")
+        except UnicodeDecodeError as e:
+            raise DecodeError("strace line", "bad escape in the quoted buffer (%s)" % e) from None
+    cleaned = re.sub(r"(0x|\\x|[\s:,])", "", text)
+    if not _HEXCHARS.match(cleaned) or len(cleaned) % 2:
+        raise DecodeError(
+            "input",
+            "neither hex bytes nor an strace write(...) line (use `strace -X raw -xx -e write`)",
+        )
+    return bytes.fromhex(cleaned)
+
+
+def _render(struct_name: str, value: Any, key: str = "") -> Any:
+    if isinstance(value, Container):
+        out = {}
+        for k, v in value.items():
+            if k.startswith("_"):
+                continue
+            enum = _ENUM_FIELDS.get((struct_name, k))
+            if enum is not None and isinstance(v, int):
+                out[k] = enum.name_of(v)
+            elif k in _SOCKADDR_FIELDS and isinstance(v, (Container, bytes)):
+                out[k] = _sockaddr(v)
+            else:
+                out[k] = _render(struct_name, v, k)
+        return out
+    if isinstance(value, ListContainer):
+        return [_render(struct_name, v, key) for v in value]
+    if isinstance(value, bytes):
+        return value.hex()
+    return value
+
+
+def _sockaddr(v: Any) -> Optional[str]:
+    raw = v if isinstance(v, bytes) else _rebuild_sockaddr(v)
+    try:
+        a = unpack_sockaddr(raw)
+    except DecodeError as e:
+        return "<%s>" % e
+    return None if a is None else str(a)
+
+
+def _rebuild_sockaddr(c: Container) -> bytes:
+    if "ss_family" in c:
+        return abi.kernel_sockaddr_storage.build(c)
+    return abi.sockaddr_in6.build(c)
+
+
+def _parse(name: str, data: bytes, offset: int = 0) -> Tuple[Container, int]:
+    con = abi.STRUCTS[name]
+    size = con.sizeof()
+    if len(data) - offset < size:
+        raise DecodeError(name, "needs %d bytes, %d left" % (size, len(data) - offset), offset + len(data) - offset)
+    try:
+        return con.parse(data[offset : offset + size]), size
+    except StreamError as e:  # pragma: no cover - the length check above comes first
+        raise DecodeError(name, str(e), offset) from None
+
+
+def decode_struct(name: str, data: bytes, offset: int = 0) -> Dict[str, Any]:
+    parsed, size = _parse(name, data, offset)
+    out = _render(name, parsed)
+    if name in ("rdma_ucm_event_resp", "rdma_ucm_write_cm_event"):
+        status = parsed.status
+        out["status"] = status - 0x100000000 if status & 0x80000000 else status
+    if name in _VARIABLE:
+        count_field, list_field, elem = _VARIABLE[name]
+        n = parsed[count_field]
+        items = []
+        pos = offset + size
+        for i in range(n):
+            if pos + elem.sizeof() > len(data):
+                raise DecodeError(name, "%s says %d records, bytes end in record %d" % (count_field, n, i), pos)
+            items.append(_render(name, elem.parse(data[pos : pos + elem.sizeof()])))
+            pos += elem.sizeof()
+        out[list_field] = items
+    return out
+
+
+def decode_command(data: bytes) -> Dict[str, Any]:
+    """A whole write: header and body; trailing bytes beyond ``in`` are reported, not decoded."""
+    hdr, hsize = _parse("rdma_ucm_cmd_hdr", data)
+    try:
+        cmd = abi.UserCmCmd(hdr.cmd)
+    except ValueError:
+        raise DecodeError("rdma_ucm_cmd_hdr", "unknown command %d (0..24 exist)" % hdr.cmd, 0) from None
+    out: Dict[str, Any] = {"cmd": cmd.name, "in": hdr["in"], "out": hdr.out}
+    body_struct, reply = abi.COMMANDS[cmd]
+    if body_struct is None:
+        out["body"] = data[hsize:].hex()
+        return out
+    name = next(n for n, c in abi.STRUCTS.items() if c is body_struct)
+    if hdr["in"] + hsize > len(data):
+        raise DecodeError(name, "header says in=%d but only %d body bytes follow" % (hdr["in"], len(data) - hsize), hsize)
+    out["struct"] = name
+    out["body"] = decode_struct(name, data[: hsize + hdr["in"]], hsize)
+    extra = len(data) - hsize - hdr["in"]
+    if extra:
+        out["trailing_bytes"] = extra
+    return out
+
+
+def decode_reply(kind: str, data: bytes) -> Dict[str, Any]:
+    """A reply buffer, named by what produced it (see :data:`REPLY_KINDS`)."""
+    key = kind.upper()
+    name = REPLY_KINDS.get(key) or (key.lower() if key.lower() in abi.STRUCTS else None)
+    if name is None:
+        raise DecodeError(kind, "unknown reply kind; use one of %s or a struct name" % ", ".join(REPLY_KINDS))
+    return {"struct": name, "reply": decode_struct(name, data)}

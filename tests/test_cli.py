@@ -1,0 +1,77 @@
+"""The CLI on the host: decode, usage errors, and a clear exit when rdma_cm is absent."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pyrdmacm import cli
+from pyrdmacm.addr import parse_address
+from pyrdmacm.cm import H_CREATE, H_RESOLVE_ADDR, _CREATE, _RESOLVE_ADDR
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_decode_command_hex(capsys):
+    d = parse_address("10.0.2.2:7471")
+    raw = H_RESOLVE_ADDR + _RESOLVE_ADDR(7, 500, 0, d.size, 0, b"", d.pack_storage())
+    code, out, _ = run(capsys, "decode", raw.hex())
+    assert code == 0
+    j = json.loads(out)
+    assert j["cmd"] == "RESOLVE_ADDR" and j["in"] == 272
+    assert j["body"]["id"] == 7 and j["body"]["timeout_ms"] == 500
+    assert j["body"]["dst_addr"] == "10.0.2.2:7471" and j["body"]["src_addr"] is None
+
+
+def test_decode_strace_line(capsys):
+    raw = H_CREATE + _CREATE(0x55D1, 0x7FFD0000, 0x0106, 2, b"")
+    line = 'write(3, "%s", %d) = %d' % ("".join("\\x%02x" % b for b in raw), len(raw), len(raw))
+    code, out, _ = run(capsys, "decode", line)
+    j = json.loads(out)
+    assert code == 0 and j["cmd"] == "CREATE_ID" and j["out"] == 4
+    assert j["body"] == {"uid": 0x55D1, "response": 0x7FFD0000, "ps": "TCP", "qp_type": "RC", "reserved": "0000000000"}
+
+
+def test_decode_reply_event(capsys):
+    raw = (1).to_bytes(8, "little") + (0).to_bytes(4, "little") + (1).to_bytes(4, "little")
+    raw += (2**32 - 110).to_bytes(4, "little") + bytes(336 - 20)
+    code, out, _ = run(capsys, "decode", "--reply", "GET_EVENT", raw.hex())
+    j = json.loads(out)["reply"]
+    assert code == 0 and j["event"] == "ADDR_ERROR" and j["status"] == -110
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["decode", "zz"], "neither hex bytes nor an strace"),
+        (["decode", "0c000000"], "rdma_ucm_cmd_hdr at offset"),
+        (["decode", "63000000" + "0000" + "0000"], "unknown command 99"),
+        (["decode", "--reply", "NOPE", "00"], "unknown reply kind"),
+        (["resolve", "not-an-ip"], "not an IP address"),
+        (["resolve", "10.0.0.1", "--src", "fe80::1"], "needs a zone"),
+    ],
+)
+def test_bad_input_exits_3_with_a_message(capsys, argv, message):
+    code, _out, err = run(capsys, *argv)
+    assert code == cli.EXIT_USAGE
+    assert message in err
+
+
+def test_resolve_without_rdma_cm_exits_4(capsys, monkeypatch):
+    monkeypatch.setenv("PYRDMACM_DEVICE", "/nonexistent/rdma_cm")
+    code, out, err = run(capsys, "resolve", "10.0.0.1", "--no-precheck", "--json")
+    assert code == cli.EXIT_NODEV
+    assert "rdma_ucm" in err
+    assert json.loads(out)["error"]["errno"] == 2
+
+
+def test_python_dash_m_and_help():
+    r = subprocess.run([sys.executable, "-m", "pyrdmacm", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0
+    for sub in ("resolve", "route", "devices", "probe", "decode"):
+        assert sub in r.stdout

@@ -11,8 +11,9 @@ import, :func:`derive` walks a construct ``Struct`` and flattens it into one
 * ``Bytes(n)`` becomes ``ns``; explicit ``Padding(n)`` becomes ``nx``;
 * nested structs and fixed arrays of structs or integers are flattened with
   dotted names (``ib_route[1].dgid``);
-* a ``__kernel_sockaddr_storage`` stays one ``128s`` blob, encoded and
-  decoded by :mod:`pyrdmacm.addr`;
+* a socket address inside a command or reply (``__kernel_sockaddr_storage``,
+  ``sockaddr_in6`` ...) stays one blob, encoded and decoded by
+  :mod:`pyrdmacm.addr`;
 * a union (``Padded(n, Union(...))``) stays one ``ns`` blob: which arm to
   read depends on who asks (the id's QP type), so the caller decodes it;
 * big-endian integers (``__be16`` ports, pkeys, service ids, and the
@@ -147,11 +148,14 @@ def _format_items(fmt: str) -> List[str]:
     return items
 
 
+_SOCKADDRS = (abi.sockaddr_in, abi.sockaddr_in6, abi.sockaddr_ib)
+
+
 def _flatten(con: Any, prefix: str, fmt: List[str], names: List[str], be: List[Tuple[int, int]]) -> None:
     if isinstance(con, Renamed):
         _flatten(con.subcon, prefix, fmt, names, be)
         return
-    if con is abi.kernel_sockaddr_storage:
+    if con is abi.kernel_sockaddr_storage or (prefix and con in _SOCKADDRS):
         # one blob: pyrdmacm.addr encodes and decodes socket addresses
         fmt.append("%ds" % con.sizeof())
         names.append(prefix)

@@ -107,7 +107,6 @@ H_DISCONNECT = _hdr(C.DISCONNECT, "rdma_ucm_disconnect")
 _ADDR_RESP = CODECS["rdma_ucm_query_addr_resp"]
 _ROUTE_RESP = CODECS["rdma_ucm_query_route_resp"]
 _NO_INDEX = 0xFFFFFFFF
-_ROUTE_SRC_OFFSET = abi.rdma_ucm_query_route_resp.subcons[0].sizeof() + abi.rdma_ucm_query_route_resp.subcons[1].sizeof()
 
 
 class SourceIgnoredWarning(UserWarning):
@@ -811,10 +810,8 @@ class CmId:
                 buf.clear()
                 ch.execute(H_QUERY_ROUTE + _QUERY(buf.address, self.handle, 0), "QUERY_ROUTE")
                 r = _ROUTE_RESP.unpack_dict(buf.view)
-                raw = buf.bytes()
-                off_src = _ROUTE_SRC_OFFSET
-                src = unpack_sockaddr(raw[off_src : off_src + 28])
-                dst = unpack_sockaddr(raw[off_src + 28 : off_src + 56])
+                src = unpack_sockaddr(r["src_addr"])
+                dst = unpack_sockaddr(r["dst_addr"])
                 guid, port, index = r["node_guid"], r["port_num"], r["ibdev_index"]
                 pkey = r["ib_route[0].pkey"]
             else:

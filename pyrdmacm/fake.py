@@ -262,7 +262,7 @@ class FakeKernel:
 
     def _cmd_bind_ip(self, body: bytes, size_out: int) -> None:
         f = self._struct("rdma_ucm_bind_ip", body)
-        a = unpack_sockaddr(body[8:36])
+        a = unpack_sockaddr(f["addr"])
         if a is None or a.family == AF_IB:
             raise _err(errno.EINVAL)
         self._bind(self._get(f["id"]), a)
@@ -312,8 +312,8 @@ class FakeKernel:
 
     def _cmd_resolve_ip(self, body: bytes, size_out: int) -> None:
         f = self._struct("rdma_ucm_resolve_ip", body)
-        src = unpack_sockaddr(body[0:28])
-        dst = unpack_sockaddr(body[28:56])
+        src = unpack_sockaddr(f["src_addr"])
+        dst = unpack_sockaddr(f["dst_addr"])
         if dst is None or dst.family == AF_IB or (src is not None and src.family == AF_IB):
             raise _err(errno.EINVAL)
         self._resolve(self._get(f["id"]), src, dst, f["timeout_ms"])
@@ -398,13 +398,11 @@ class FakeKernel:
             "ibdev_index": dev.index if dev else 0xFFFFFFFF,
             "ib_route[0].pkey": dev.pkey if dev else 0,
         }
-        raw = bytearray(c.pack_dict(vals))
-        off = 136
-        for a in (ctx.src, ctx.dst):
+        for key, a in (("src_addr", ctx.src), ("dst_addr", ctx.dst)):
             if a is not None:
-                raw[off : off + 28] = a.pack_in6()
-            off += 28
-        write_to_address(f["response"], bytes(raw[: min(size_out, c.size)]))
+                vals[key] = a.pack_in6()
+        raw = c.pack_dict(vals)
+        write_to_address(f["response"], raw[: min(size_out, c.size)])
 
     def _cmd_get_event(self, body: bytes, size_out: int) -> None:
         f = self._struct("rdma_ucm_get_event", body)

@@ -9,11 +9,16 @@ from cm_behaviour import World
 from pyrdmacm.fake import FakeDevice, FakeKernel, FakeNet
 
 
-@pytest.fixture
-def world():
+class LegacyFakeKernel(FakeKernel):
+    legacy = True  # the channel then speaks BIND_IP / RESOLVE_IP / QUERY_ROUTE
+
+
+@pytest.fixture(params=["current", "legacy"])
+def world(request):
     net = FakeNet()
+    kernel = LegacyFakeKernel if request.param == "legacy" else FakeKernel
     return World(
-        transport=lambda: FakeKernel(net),
+        transport=lambda: kernel(net),
         local="10.0.0.1",
         peer="10.0.0.2",
         silent="10.0.0.99",

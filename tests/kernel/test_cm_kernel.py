@@ -23,14 +23,21 @@ def _ip(*args):
     return subprocess.run(["ip", *args], check=True, capture_output=True, text=True).stdout
 
 
-@pytest.fixture(scope="module")
-def world():
+class LegacyDevice(KernelDevice):
+    """The real device, spoken to with the pre-3.11 commands (BIND_IP, RESOLVE_IP, QUERY_ROUTE),
+    which current kernels still accept: the fallback path is tested on a real kernel."""
+
+    legacy = True
+
+
+@pytest.fixture(scope="module", params=["current", "legacy"])
+def world(request):
     default = _ip("-4", "route", "show", "default").strip()
     if default:
         _ip("route", "del", "default")
     try:
         yield World(
-            transport=KernelDevice,
+            transport=LegacyDevice if request.param == "legacy" else KernelDevice,
             local="10.0.2.15",
             peer="10.0.2.2",
             silent="10.0.2.200",

@@ -1,0 +1,303 @@
+"""The kernel tier: tests marked ``kernel`` need a real /dev/infiniband/rdma_cm.
+
+``@pytest.mark.kernel`` (or ``kernel(topology="pair")``; the default is "single") runs
+a test
+
+- inside the kernel lab (``PYRDMACM_LAB=suite:topology`` is set by tools/lab): as usual,
+  when the guest has the test's topology;
+- on the host with ``--lab=SUITES`` (comma list of bookworm, trixie, sid, or ``all``): each
+  kernel test becomes one item per suite, ``test_x[lab-SUITE]``. The first of them for a
+  (suite, topology) boots the lab once, running pytest in the guest on all the kernel tests
+  of that topology; every item then reports its own outcome from the guest's junit XML;
+- on a host that has rdma_cm itself: directly (topology "single" only);
+- elsewhere: skipped, with the reason and the option that runs it.
+
+``--require-lab`` turns every skipped kernel test into a failure, and fails the session
+when no kernel test ran on one of the ``--lab`` suites. CI runs ``--lab=all --require-lab``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LAB = ROOT / "tools" / "lab"
+SUITES = ("bookworm", "trixie", "sid")
+TOPOLOGIES = ("single", "pair", "multihomed")
+RDMA_CM = "/dev/infiniband/rdma_cm"
+# Markers evaluated where the test runs (in the guest), not on the host.
+GUEST_MARKERS = {"skip", "skipif", "xfail", "parametrize", "usefixtures", "filterwarnings"}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kernel lab")
+    group.addoption("--lab", metavar="SUITES",
+                    help="run the kernel tests in the kernel lab (tools/lab) on these Debian "
+                         "kernels: comma list of bookworm, trixie, sid, or all")
+    group.addoption("--require-lab", action="store_true",
+                    help="a skipped kernel test fails, and so does the session if no kernel "
+                         "test ran on one of the --lab suites")
+    group.addoption("--lab-timeout", type=float, default=900, metavar="SECONDS",
+                    help="time-out of one lab boot (default 900)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "kernel(topology='single'): needs a real kernel with rdma_cm; "
+                   "runs inside the kernel lab (tools/lab)")
+    config.pluginmanager.register(KernelTier(config), "kernel-tier")
+
+
+def topology_of(item: pytest.Item) -> str:
+    marker = item.get_closest_marker("kernel")
+    assert marker is not None
+    topology = marker.kwargs.get("topology", marker.args[0] if marker.args else "single")
+    if topology not in TOPOLOGIES:
+        raise pytest.UsageError(f"{item.nodeid}: unknown lab topology {topology!r}; "
+                                f"choose one of {', '.join(TOPOLOGIES)}")
+    return topology
+
+
+def junit_key(nodeid: str) -> tuple[str, str]:
+    """(classname, name) of a test in pytest's junit XML, as pytest derives them."""
+    path, bracket, params = nodeid.partition("[")
+    names = path.split("::")
+    names[0] = names[0].replace("/", ".").removesuffix(".py")
+    names[-1] += bracket + params
+    return ".".join(names[:-1]), names[-1]
+
+
+def tail(text: str, lines: int) -> str:
+    return "\n".join(text.rstrip("\n").splitlines()[-lines:])
+
+
+class GuestFailure(Exception):
+    """A kernel test failed in the guest, or its lab boot failed."""
+
+
+class LabItem(pytest.Item):
+    """A kernel test run in the lab on one suite; its outcome comes from the guest."""
+
+    def __init__(self, *, original: pytest.Item, suite: str, topology: str,
+                 tier: "KernelTier", **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.original, self.suite, self.topology, self.tier = original, suite, topology, tier
+        self.own_markers = [m for m in original.own_markers if m.name not in GUEST_MARKERS]
+        self.keywords.update({k: v for k, v in original.keywords.items()
+                              if k not in GUEST_MARKERS})
+
+    def runtest(self) -> None:
+        boot = self.tier.boot(self.suite, self.topology)
+        outcome, detail = boot.outcome_of(self.original.nodeid)
+        if outcome == "skipped":  # reported at the test's own location, not this line
+            raise pytest.skip.Exception(f"skipped in the lab ({self.suite}): {detail}",
+                                        _use_item_location=True)
+        if outcome == "xfailed":
+            pytest.xfail(f"in the lab ({self.suite}): {detail}")
+        if outcome == "failed":
+            raise GuestFailure(detail)
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, GuestFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        path, lineno, _ = self.original.reportinfo()
+        return path, lineno, self.name
+
+
+class Boot:
+    """One run of tools/lab: the guest's pytest on every kernel test of a topology."""
+
+    def __init__(self, suite: str, topology: str, nodeids: list[str],
+                 config: pytest.Config, session_dir: Path) -> None:
+        self.suite, self.topology = suite, topology
+        self.out = session_dir / f"{suite}-{topology}"
+        self.out.mkdir(parents=True)
+        junit = self.out / "junit.xml"
+        rootpath = config.rootpath
+        args = [str(rootpath / nodeid) for nodeid in nodeids]  # absolute: cwd-independent
+        command = [
+            sys.executable, str(LAB), "run", "--kernel", suite, "--topology", topology,
+            "--timeout", str(config.getoption("--lab-timeout")), "--out", str(self.out), "--",
+            # the root is read-only in the guest: no cache; hypothesis's plugin alone costs
+            # seconds of start-up under emulation, and kernel tests do not need it
+            sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+            "-m", "kernel",
+            f"--rootdir={rootpath}", f"--junitxml={junit}", "-rA", *args,
+        ]
+        proc = subprocess.run(command, cwd=ROOT, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              errors="replace")
+        self.log = proc.stdout
+        (self.out / "lab-run.log").write_text(self.log)
+        self.exit = proc.returncode
+        self.results: dict[tuple[str, str], tuple[str, str]] = {}
+        self.failure = None
+        if proc.returncode in (124, 125) or not junit.exists():
+            lab_lines = "\n".join(line for line in self.log.splitlines()
+                                  if line.startswith(("lab:", "    ")))
+            self.failure = (f"the kernel lab failed on {suite} (topology {topology}), "
+                            f"exit {proc.returncode}:\n{tail(lab_lines or self.log, 40)}\n"
+                            f"full output: {self.out / 'lab-run.log'}")
+        else:
+            self.parse(junit)
+
+    def parse(self, junit: Path) -> None:
+        """Each test's outcome and text. A test reported twice (a failed call and an error
+        at teardown, say) keeps the worst outcome and every failure text."""
+        for case in ElementTree.parse(junit).getroot().iter("testcase"):
+            key = (case.get("classname", ""), case.get("name", ""))
+            outcome, detail = self.results.get(key, ("passed", ""))
+            for child in case:
+                if child.tag in ("failure", "error"):
+                    detail = detail if outcome == "failed" else ""
+                    outcome = "failed"
+                    detail += (child.text or child.get("message") or "") + "\n"
+                elif child.tag == "skipped" and outcome != "failed":
+                    outcome = "xfailed" if child.get("type") == "pytest.xfail" else "skipped"
+                    detail = child.get("message") or ""
+            self.results[key] = (outcome, detail)
+
+    def release(self) -> str:
+        try:
+            return json.loads((self.out / "topology.json").read_text())["kernel"]
+        except (OSError, ValueError, KeyError):
+            return "kernel unknown"
+
+    def guest_context(self) -> str:
+        console = self.out / "console.log"
+        text = console.read_text(errors="replace") if console.exists() else ""
+        return (f"--- guest console, last lines ({console}) ---\n{tail(text, 12)}\n"
+                f"--- guest pytest output: {self.out / 'output.log'}")
+
+    def outcome_of(self, nodeid: str) -> tuple[str, str]:
+        if self.failure:
+            return "failed", self.failure
+        result = self.results.get(junit_key(nodeid))
+        if result is None:
+            return "failed", (f"not reported by the guest's pytest (lab exit {self.exit}); "
+                              f"its output ends with:\n{tail(self.log, 30)}\n"
+                              + self.guest_context())
+        outcome, detail = result
+        if outcome == "failed":
+            detail = (f"failed in the kernel lab on {self.suite} ({self.release()}, "
+                      f"topology {self.topology}):\n{detail.rstrip()}\n{self.guest_context()}")
+        return outcome, detail
+
+
+class KernelTier:
+    """Decides where each kernel test runs; boots the lab and reports its results."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.require = config.getoption("--require-lab")
+        self.guest = os.environ.get("PYRDMACM_LAB")  # "suite:topology" in the lab
+        lab = config.getoption("--lab")
+        self.suites: list[str] = []
+        if lab and not self.guest:
+            self.suites = list(SUITES) if lab == "all" else lab.split(",")
+            unknown = [s for s in self.suites if s not in SUITES]
+            if unknown:
+                raise pytest.UsageError(f"--lab: unknown suite {', '.join(unknown)}; "
+                                        f"choose from {', '.join(SUITES)} or all")
+        self.lab_items: list[LabItem] = []
+        self.boots: dict[tuple[str, str], Boot] = {}
+        self.ran = {suite: 0 for suite in self.suites}
+        self.suite_of: dict[str, str] = {}
+        self._session_dir: Path | None = None
+
+    @pytest.hookimpl(trylast=True)  # after -m/-k deselection: boot only what is selected
+    def pytest_collection_modifyitems(self, config, items) -> None:
+        result = []
+        for item in items:
+            if item.get_closest_marker("kernel") is None:
+                result.append(item)
+                continue
+            topology = topology_of(item)
+            if self.guest:
+                here = self.guest.partition(":")[2]
+                if topology != here:
+                    item.add_marker(pytest.mark.skip(
+                        reason=f"needs the lab's {topology} topology; this guest is {here}"))
+            elif self.suites:
+                for suite in self.suites:
+                    name = (f"{item.name[:-1]}-lab-{suite}]" if item.name.endswith("]")
+                            else f"{item.name}[lab-{suite}]")
+                    lab_item = LabItem.from_parent(item.parent, name=name, original=item,
+                                                   suite=suite, topology=topology, tier=self)
+                    self.lab_items.append(lab_item)
+                    self.suite_of[lab_item.nodeid] = suite
+                    result.append(lab_item)
+                continue
+            elif not os.path.exists(RDMA_CM):
+                item.add_marker(pytest.mark.skip(
+                    reason=f"needs a kernel with rdma_cm: {RDMA_CM} absent; run with "
+                           "--lab=bookworm,trixie,sid to run it in the kernel lab"))
+            elif topology != "single":
+                item.add_marker(pytest.mark.skip(
+                    reason=f"needs the lab's {topology} topology; run with "
+                           "--lab=bookworm,trixie,sid to run it in the kernel lab"))
+            result.append(item)
+        items[:] = result
+
+    def boot(self, suite: str, topology: str) -> Boot:
+        key = (suite, topology)
+        if key not in self.boots:
+            nodeids = list(dict.fromkeys(
+                i.original.nodeid for i in self.lab_items
+                if i.suite == suite and i.topology == topology))
+            self.boots[key] = Boot(suite, topology, nodeids, self.config, self.session_dir())
+        return self.boots[key]
+
+    def session_dir(self) -> Path:
+        """build/lab/pytest/TIME-PID: this session's lab logs (the newest 10 are kept)."""
+        if self._session_dir is None:
+            base = ROOT / "build" / "lab" / "pytest"
+            base.mkdir(parents=True, exist_ok=True)
+            for old in sorted(p for p in base.iterdir() if p.is_dir())[:-9]:
+                shutil.rmtree(old, ignore_errors=True)
+            self._session_dir = base / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        return self._session_dir
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        report = outcome.get_result()
+        if (self.require and report.skipped and not hasattr(report, "wasxfail")
+                and item.get_closest_marker("kernel") is not None):
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+            reason = str(reason).removeprefix("Skipped: ")
+            report.outcome = "failed"
+            report.longrepr = (f"kernel test skipped, which --require-lab forbids: {reason}")
+
+    def pytest_runtest_logreport(self, report) -> None:
+        suite = self.suite_of.get(report.nodeid)
+        ran = report.outcome in ("passed", "failed") or hasattr(report, "wasxfail")
+        if suite and report.when == "call" and ran:
+            self.ran[suite] += 1
+
+    def missing_suites(self) -> list[str]:
+        return [suite for suite, count in self.ran.items() if count == 0] if self.require else []
+
+    def pytest_sessionfinish(self, session) -> None:
+        if self.missing_suites() and session.exitstatus == 0:
+            session.exitstatus = 1
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        for suite in self.missing_suites():
+            terminalreporter.write_line(
+                f"--require-lab: no kernel test ran on {suite}", red=True, bold=True)
+        for (suite, topology), boot in self.boots.items():
+            terminalreporter.write_line(
+                f"kernel lab {suite}/{topology}: exit {boot.exit}, logs in {boot.out}")

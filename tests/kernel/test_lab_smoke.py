@@ -10,6 +10,7 @@ import socket
 import stat
 import struct
 import subprocess
+import time
 
 import pytest
 
@@ -86,7 +87,7 @@ def test_ipv6_gateway_answers_neighbour_discovery():
         neighbours = run_json("ip", "-j", "-6", "neigh", "show", eth0["gateway6"])
         if neighbours and "lladdr" in neighbours[0]:
             break
-        __import__("time").sleep(0.1)
+        time.sleep(0.1)
     assert neighbours and "lladdr" in neighbours[0], neighbours
 
 

@@ -79,12 +79,6 @@ class Codec:
         exec(compile(src, "<codec %s>" % self.name, "exec"), ns)
         return ns["unpack_from"]
 
-    def _unpack_from_be(self, buf: Any, offset: int = 0) -> Tuple[Any, ...]:
-        v = list(self._s.unpack_from(buf, offset))
-        for i, _n in self._be:
-            v[i] = int.from_bytes(v[i], "big")
-        return tuple(v)
-
     def _unpack_be(self, buf: Any) -> Tuple[Any, ...]:
         v = list(self._s.unpack(buf))
         for i, _n in self._be:

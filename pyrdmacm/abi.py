@@ -35,6 +35,7 @@ so they decode to the GUID as humans write it.  See :data:`NETWORK_ORDER_DESPITE
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 from construct import (
     Array,
@@ -47,10 +48,11 @@ from construct import (
     Int64ub,
     Int64ul,
     Padded,
-    Padding,
     Struct,
     Union,
 )
+
+from ._enum import NamedIntEnum
 
 # --------------------------------------------------------------------------- constants
 
@@ -72,22 +74,7 @@ RDMA_IB_IP_PS_UDP = 0x0000000001110000
 RDMA_IB_PS_IB = 0x00000000013F0000
 
 
-class _KernelEnum(enum.IntEnum):
-    """An IntEnum that prints as the member's name (``ADDR_RESOLVED``)."""
-
-    def __str__(self) -> str:  # prints by name, not number
-        return self.name
-
-    @classmethod
-    def name_of(cls, value: int) -> str:
-        """The member's name, or ``'<value>'`` for a number the kernel may send but we do not know."""
-        try:
-            return cls(value).name
-        except ValueError:
-            return str(value)
-
-
-class UserCmCmd(_KernelEnum):
+class UserCmCmd(NamedIntEnum):
     """``RDMA_USER_CM_CMD_*``: the command numbers of ``rdma_ucm_cmd_hdr.cmd``."""
 
     CREATE_ID = 0
@@ -117,7 +104,7 @@ class UserCmCmd(_KernelEnum):
     WRITE_CM_EVENT = 24
 
 
-class PortSpace(_KernelEnum):
+class PortSpace(NamedIntEnum):
     """``enum rdma_ucm_port_space`` (``RDMA_PS_*``)."""
 
     IPOIB = 0x0002
@@ -126,7 +113,7 @@ class PortSpace(_KernelEnum):
     UDP = 0x0111
 
 
-class QpType(_KernelEnum):
+class QpType(NamedIntEnum):
     """``enum ib_uverbs_qp_type`` (``IB_UVERBS_QPT_*``), the ``qp_type`` of CREATE_ID."""
 
     RC = 2
@@ -138,7 +125,7 @@ class QpType(_KernelEnum):
     DRIVER = 0xFF
 
 
-class QueryOption(_KernelEnum):
+class QueryOption(NamedIntEnum):
     """``RDMA_USER_CM_QUERY_*``: the ``option`` of the QUERY command."""
 
     ADDR = 0
@@ -147,7 +134,7 @@ class QueryOption(_KernelEnum):
     IB_SERVICE = 3
 
 
-class CmEventType(_KernelEnum):
+class CmEventType(NamedIntEnum):
     """``enum rdma_cm_event_type`` (kernel ``include/rdma/rdma_cm.h``, same numbers in librdmacm)."""
 
     ADDR_RESOLVED = 0
@@ -172,14 +159,14 @@ class CmEventType(_KernelEnum):
     INTERNAL = 19
 
 
-class OptionLevel(_KernelEnum):
+class OptionLevel(NamedIntEnum):
     """``RDMA_OPTION_ID`` / ``RDMA_OPTION_IB``: the ``level`` of SET_OPTION."""
 
     ID = 0
     IB = 1
 
 
-class OptionId(_KernelEnum):
+class OptionId(NamedIntEnum):
     """``RDMA_OPTION_ID_*``: option names at level ``RDMA_OPTION_ID``."""
 
     TOS = 0
@@ -188,13 +175,13 @@ class OptionId(_KernelEnum):
     ACK_TIMEOUT = 3
 
 
-class OptionIb(_KernelEnum):
+class OptionIb(NamedIntEnum):
     """``RDMA_OPTION_IB_*``: option names at level ``RDMA_OPTION_IB``."""
 
     PATH = 1
 
 
-class McJoinFlag(_KernelEnum):
+class McJoinFlag(NamedIntEnum):
     """``RDMA_MC_JOIN_FLAG_*``: ``join_flags`` of JOIN_MCAST."""
 
     FULLMEMBER = 0
@@ -221,7 +208,7 @@ class IbPathFlag(enum.IntFlag):
     BIDIRECTIONAL = (1 << 3) | (1 << 5)
 
 
-class RejectReason(_KernelEnum):
+class RejectReason(NamedIntEnum):
     """IB CM reject reasons (``enum ib_cm_rej_reason``).
 
     REJECT accepts only the two below (0 means CONSUMER_DEFINED); a REJECTED
@@ -573,22 +560,18 @@ rdma_ucm_get_event = Struct(
 
 _PARAM_SIZE = rdma_ucm_ud_param.sizeof()  # the largest arm
 
+
+def _param_union(arg: Any) -> Padded:
+    """The event parameter union: ``conn``, ``ud`` and one event-specific argument arm."""
+    return Padded(_PARAM_SIZE, Union(None, "conn" / rdma_ucm_conn_param, "ud" / rdma_ucm_ud_param, arg))
+
 rdma_ucm_event_resp = Struct(
     "uid" / Int64ul,
     "id" / Int32ul,
     "event" / Int32ul,
     "status" / Int32ul,  # a negative errno for kernel-made failures: decode as signed
     # 4-byte aligned union: conn for connected ids, ud for UD ids, arg32 for USER/INTERNAL (6.17+)
-    "param"
-    / Padded(
-        _PARAM_SIZE,
-        Union(
-            None,
-            "conn" / rdma_ucm_conn_param,
-            "ud" / rdma_ucm_ud_param,
-            "arg32" / Array(2, Int32ul),
-        ),
-    ),
+    "param" / _param_union("arg32" / Array(2, Int32ul)),
     "reserved" / Int32ul,  # 4.17+
     "ece" / rdma_ucm_ece,  # 5.8+
 )
@@ -629,16 +612,7 @@ rdma_ucm_write_cm_event = Struct(
     "reserved" / Int32ul,
     "event" / Int32ul,
     "status" / Int32ul,
-    "param"
-    / Padded(
-        _PARAM_SIZE,
-        Union(
-            None,
-            "conn" / rdma_ucm_conn_param,
-            "ud" / rdma_ucm_ud_param,
-            "arg" / Int64ul,
-        ),
-    ),
+    "param" / _param_union("arg" / Int64ul),
 )
 
 # --------------------------------------------------------------------------- tables

@@ -205,7 +205,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
                 from . import precheck
 
                 try:
-                    result["mismatches"] = precheck.explain(pred, _KernelView(kern))
+                    result["mismatches"] = precheck.explain(pred, _KernelView(cm))
                 except Exception as e:  # pragma: no cover - defensive
                     result["mismatches"] = ["cannot compare: %s" % e]
             if args.route:
@@ -229,18 +229,15 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
 
 class _KernelView:
-    def __init__(self, k: Dict[str, Any]) -> None:
-        import ipaddress
+    """What the kernel chose, in the shape precheck.explain() compares."""
 
-        src = k.get("src")
-        self.src_addr = None
-        if src:
-            host = src.rsplit(":", 1)[0] if src.count(":") == 1 or src.startswith("[") else src
-            self.src_addr = ipaddress.ip_address(host.strip("[]").split("%")[0])
-        self.device_name = k.get("device")
-        self.device_index = k.get("device_index")
-        self.port_num = k.get("port")
-        self.sgid = ipaddress.IPv6Address(k["sgid"]) if k.get("sgid") else None
+    def __init__(self, cm: Any) -> None:
+        info = cm.query_addr()
+        self.src_addr = info.src.ip if info.src else None
+        self.device_name = info.device.name if info.device else None
+        self.device_index = info.device.index if info.device else None
+        self.port_num = info.port_num
+        self.sgid = cm.sgid
 
 
 def _finish(args: argparse.Namespace, result: Dict[str, Any], code: int, message: Optional[str]) -> int:
@@ -333,7 +330,6 @@ def probe_commands(dev: Any) -> Dict[str, str]:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     from . import _device
-    from .abi import UserCmCmd
 
     info: Dict[str, Any] = {"kernel": os.uname().release, "device_node": _device.DEFAULT_PATH}
     info["abi_version_sysfs"] = _device.read_abi_version_sysfs()

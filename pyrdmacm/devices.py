@@ -47,6 +47,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Type, TypeVar, Union
 
+from ._enum import NamedIntEnum
 from .errors import KernelError
 
 if TYPE_CHECKING:  # pragma: no cover - netlink imports pyroute2: only when asked
@@ -93,7 +94,7 @@ class LinkLayer(str, enum.Enum):
         return str(self.value)
 
 
-class NodeType(enum.IntEnum):
+class NodeType(NamedIntEnum):
     """``RDMA_NODE_*`` (rdma_netlink.h); sysfs prints ``"1: CA"``."""
 
     CA = 1
@@ -104,11 +105,8 @@ class NodeType(enum.IntEnum):
     USNIC_UDP = 6
     UNSPECIFIED = 7
 
-    def __str__(self) -> str:
-        return self.name
 
-
-class PortState(enum.IntEnum):
+class PortState(NamedIntEnum):
     """``enum ib_port_state``; sysfs prints ``"4: ACTIVE"``."""
 
     NOP = 0
@@ -118,11 +116,8 @@ class PortState(enum.IntEnum):
     ACTIVE = 4
     ACTIVE_DEFER = 5
 
-    def __str__(self) -> str:
-        return self.name
 
-
-class PhysState(enum.IntEnum):
+class PhysState(NamedIntEnum):
     """``enum ib_port_phys_state``; sysfs prints ``"5: LinkUp"``."""
 
     SLEEP = 1
@@ -132,9 +127,6 @@ class PhysState(enum.IntEnum):
     LINK_UP = 5
     LINK_ERROR_RECOVERY = 6
     PHY_TEST = 7
-
-    def __str__(self) -> str:
-        return self.name
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@
 Theory of operation
 -------------------
 ``rdma_ucm_event_resp`` carries the id's ``uid`` (ours), the kernel's handle,
-the event type, a status and a 304-byte parameter union.  :func:`decode_event`
-turns its head into an :class:`Event` (a named tuple: immutable, cheap to
+the event type, a status and a 304-byte parameter union.  :func:`decode_event_head`
+reads its head, from which the channel makes an :class:`Event` (a named tuple: immutable, cheap to
 make); the union is kept as bytes and decoded on first use by
 :attr:`Event.param`, because which arm is meaningful depends on the id: UD
 ids (port spaces UDP and IPOIB, or PS_IB with a UD QP) get ``ud``, others
@@ -20,13 +20,13 @@ from __future__ import annotations
 import ipaddress
 import struct
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Optional, Tuple, Union
+from typing import Any, NamedTuple, Tuple, Union
 
 from . import abi
 from ._codec import CODECS
 from .errors import errno_name
 
-__all__ = ["Event", "ConnParam", "UdParam", "decode_event", "EVENT_RESP_SIZE"]
+__all__ = ["Event", "ConnParam", "UdParam", "decode_event_head", "EVENT_RESP_SIZE"]
 
 _EVENT = CODECS["rdma_ucm_event_resp"]
 EVENT_RESP_SIZE = _EVENT.size
@@ -168,17 +168,6 @@ def decode_ud(raw: bytes) -> UdParam:
     )
 
 
-def signed32(v: int) -> int:
-    return v - 0x100000000 if v & 0x80000000 else v
-
-
-def event_type(v: int) -> Union[abi.CmEventType, int]:
-    try:
-        return abi.CmEventType(v)
-    except ValueError:
-        return v
-
-
 _TYPES = {int(t): t for t in abi.CmEventType}
 
 
@@ -188,9 +177,3 @@ def decode_event_head(buf: Any) -> Tuple[int, int, Union[abi.CmEventType, int], 
     if status & 0x80000000:
         status -= 0x100000000
     return uid, handle, _TYPES.get(ev, ev), status, raw, (vid, mod)
-
-
-def decode_event(buf: Any, id: Optional[Any] = None) -> Event:
-    """An :class:`Event` from 324..336 bytes of ``rdma_ucm_event_resp``."""
-    uid, handle, ev, status, raw, ece = decode_event_head(buf)
-    return Event(ev, status, id, handle, raw, ece)

@@ -54,6 +54,7 @@ from pyroute2 import IPRoute  # type: ignore[import-untyped]
 from pyroute2.netlink import nla, nlmsg  # type: ignore[import-untyped]
 from pyroute2.netlink.exceptions import NetlinkError  # type: ignore[import-untyped]
 
+from ._enum import NamedIntEnum
 from .errors import KernelError, UsageError
 
 __all__ = [
@@ -418,7 +419,7 @@ class NlPort:
     netdev: Optional[str]
 
 
-class CmIdState(enum.IntEnum):
+class CmIdState(NamedIntEnum):
     """``enum rdma_cm_state`` (drivers/infiniband/core/cma_priv.h)."""
 
     IDLE = 0
@@ -434,9 +435,6 @@ class CmIdState(enum.IntEnum):
     DESTROYING = 10
     ADDRINFO_QUERY = 11
     ADDRINFO_RESOLVED = 12
-
-    def __str__(self) -> str:
-        return self.name
 
 
 _PS_NAMES = {0x0002: "IPOIB", 0x0106: "TCP", 0x0111: "UDP", 0x013F: "IB"}
@@ -634,7 +632,7 @@ _ERRNO_ROUTE_TYPE = {
 }
 
 
-class NudState(enum.IntEnum):
+class NudState(NamedIntEnum):
     """Neighbour (ARP/ND) states, ``NUD_*`` in linux/neighbour.h; prints by name."""
 
     NONE = 0x00
@@ -646,9 +644,6 @@ class NudState(enum.IntEnum):
     FAILED = 0x20
     NOARP = 0x40
     PERMANENT = 0x80
-
-    def __str__(self) -> str:
-        return self.name
 
     @property
     def valid(self) -> bool:

@@ -27,7 +27,7 @@ from .errors import DecodeError
 
 __all__ = ["parse_input", "decode_command", "decode_reply", "REPLY_KINDS"]
 
-_STRACE = re.compile(r'write\(\s*\d+\s*,\s*"((?:[^"\\]|\\.)*)"')
+_STRACE = re.compile(r'write\(\s*\d+(?:<[^>]*>)?\s*,\s*"((?:[^"\\]|\\.)*)"')  # -y adds <path>
 _HEXCHARS = re.compile(r"^[0-9a-fA-F]*$")
 
 #: ``--reply`` names: command (and QUERY option) -> the reply struct

@@ -10,16 +10,25 @@ read by :meth:`AsyncChannel.get_event`.  Commands are the core's own calls
 (a ``write()`` each, which never blocks), so thousands of ids resolve
 concurrently from one task and no thread is involved.
 
+``resolve_addr`` and ``resolve_route`` write their command at once and return
+a future of the outcome event (not a coroutine: a Task per id would cost more
+than the command itself).  A synchronous refusal (``KernelError``,
+``StateError``...) is set on the future, so ``await`` raises it either way.
+For many ids, ``resolve_addr_many`` / ``resolve_route_many`` wait with one
+future for all of them: the cheapest way (about 1.25x the blocking API in the
+lab, against 1.9x for a future per id and ``gather``: docs/benchmarks.md).
+
     async with AsyncChannel() as ach:
         ids = [CmId(ach.channel) for _ in range(1000)]
         events = await asyncio.gather(*(ach.resolve_addr(i, "10.0.0.2") for i in ids))
+        events = await ach.resolve_route_many(ids)
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Any, Deque, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple
 
 from .abi import CmEventType as E
 from .cm import CmId, EventChannel
@@ -29,15 +38,59 @@ from .events import Event
 __all__ = ["AsyncChannel"]
 
 
+class _One:
+    """Where the outcome event of one command goes: its future (acked, maybe as EventError)."""
+
+    __slots__ = ("fut", "want", "command", "raise_on_error", "ctx")
+
+    def __init__(self, fut: "asyncio.Future[Event]", want: E, command: str, raise_on_error: bool,
+                 ctx: Dict[str, Any]) -> None:
+        self.fut, self.want, self.command, self.raise_on_error, self.ctx = fut, want, command, raise_on_error, ctx
+
+    def deliver(self, index: int, ev: Event) -> None:
+        fut = self.fut
+        if fut.done():  # cancelled: the event is dropped
+            return
+        ev.ack()
+        if self.raise_on_error and ev.event is not self.want:
+            fut.set_exception(EventError(ev, self.command, **self.ctx))
+        else:
+            fut.set_result(ev)
+
+
+class _Many(_One):
+    """The outcome events of many ids, in their order, behind one future."""
+
+    __slots__ = ("events", "left")
+
+    def __init__(self, fut: "asyncio.Future[List[Event]]", want: E, command: str, raise_on_error: bool,
+                 ctx: Dict[str, Any], n: int) -> None:
+        super().__init__(fut, want, command, raise_on_error, ctx)  # type: ignore[arg-type]
+        self.events: List[Any] = [None] * n
+        self.left = n
+
+    def deliver(self, index: int, ev: Event) -> None:
+        ev.ack()
+        self.events[index] = ev
+        self.left -= 1
+        fut = self.fut
+        if fut.done():
+            return
+        if self.raise_on_error and ev.event is not self.want:
+            fut.set_exception(EventError(ev, self.command, **self.ctx))
+        elif not self.left:
+            fut.set_result(self.events)  # type: ignore[arg-type]
+
+
 class AsyncChannel:
     """An :class:`EventChannel` driven by an asyncio loop."""
 
     def __init__(self, channel: Optional[EventChannel] = None) -> None:
         self.channel = channel if channel is not None else EventChannel()
         self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._waiters: Dict[int, List[asyncio.Future]] = {}
+        self._waiters: Dict[int, List[Tuple[_One, int]]] = {}  # uid -> where its next events go
         self._queue: Deque[Event] = deque()
-        self._queue_waiters: Deque[asyncio.Future] = deque()
+        self._queue_waiters: Deque[asyncio.Future[Event]] = deque()
 
     # -- lifecycle
     def _ensure(self) -> None:
@@ -49,10 +102,10 @@ class AsyncChannel:
         if self._loop is not None and not self.channel.closed:
             self._loop.remove_reader(self.channel.fileno())
         self._loop = None
-        for futs in self._waiters.values():
-            for f in futs:
-                if not f.done():
-                    f.set_exception(StateError("the event channel was closed"))
+        for pending in self._waiters.values():
+            for sink, _index in pending:
+                if not sink.fut.done():
+                    sink.fut.set_exception(StateError("the event channel was closed"))
         self._waiters.clear()
         self.channel.close()
 
@@ -66,17 +119,18 @@ class AsyncChannel:
     # -- events
     def _on_readable(self) -> None:
         get = self.channel.get_event
+        waiters = self._waiters
         while True:
             ev = get(0)
             if ev is None:
                 return
-            futs = self._waiters.get(ev.id.uid) if ev.id is not None else None
-            if futs:
-                fut = futs.pop(0)
-                if not futs:
-                    del self._waiters[ev.id.uid]
-                if not fut.done():
-                    fut.set_result(ev)
+            cm_id = ev.id
+            pending = waiters.get(cm_id.uid) if cm_id is not None else None
+            if pending:
+                sink, index = pending.pop(0)
+                if not pending:
+                    del waiters[cm_id.uid]
+                sink.deliver(index, ev)
                 continue
             while self._queue_waiters:
                 w = self._queue_waiters.popleft()
@@ -92,50 +146,101 @@ class AsyncChannel:
         if self._queue:
             return self._queue.popleft()
         assert self._loop is not None
-        fut = self._loop.create_future()
+        fut: asyncio.Future[Event] = self._loop.create_future()
         self._queue_waiters.append(fut)
         return await fut
 
-    def _register(self, cm_id: CmId) -> asyncio.Future:
-        """A future for the next event of ``cm_id``, registered before the command is written."""
-        self._ensure()
+    def _wait_for(self, uid: int, sink: _One, index: int) -> None:
+        """Route the next event of id ``uid`` to ``sink``; registered before the command is written."""
+        pending = self._waiters.get(uid)
+        if pending is None:
+            self._waiters[uid] = [(sink, index)]
+        else:
+            pending.append((sink, index))
+
+    def _unwait(self, uid: int, sink: _One) -> None:
+        pending = self._waiters.get(uid)
+        if pending:
+            pending[:] = [p for p in pending if p[0] is not sink]
+            if not pending:
+                del self._waiters[uid]
+
+    def _call(self, cm_id: CmId, call: Callable[[], Any], want: E, command: str, raise_on_error: bool,
+              ctx: Dict[str, Any]) -> "asyncio.Future[Event]":
+        if self._loop is None:
+            self._ensure()
         assert self._loop is not None
-        fut = self._loop.create_future()
-        self._waiters.setdefault(cm_id.uid, []).append(fut)
-        return fut
-
-    def _unregister(self, cm_id: CmId, fut: asyncio.Future) -> None:
-        futs = self._waiters.get(cm_id.uid)
-        if futs and fut in futs:
-            futs.remove(fut)
-            if not futs:
-                del self._waiters[cm_id.uid]
-
-    async def _call(self, cm_id: CmId, call: Any, want: E, command: str, raise_on_error: bool, **ctx: Any) -> Event:
-        fut = self._register(cm_id)
+        fut: asyncio.Future[Event] = self._loop.create_future()
+        sink = _One(fut, want, command, raise_on_error, ctx)
+        self._wait_for(cm_id.uid, sink, 0)
         try:
             call()
-        except BaseException:
-            self._unregister(cm_id, fut)
-            raise
-        ev = await fut
-        ev.ack()
-        if raise_on_error and ev.event is not want:
-            raise EventError(ev, command, **ctx)
-        return ev
+        except Exception as e:
+            self._unwait(cm_id.uid, sink)
+            fut.set_exception(e)
+        return fut
 
-    # -- commands that wait for their outcome
-    async def resolve_addr(
+    def _call_many(self, ids: Iterable[CmId], method: Callable[..., Any], args: Tuple[Any, ...], want: E,
+                   command: str, raise_on_error: bool, ctx: Dict[str, Any]) -> "asyncio.Future[List[Event]]":
+        if self._loop is None:
+            self._ensure()
+        assert self._loop is not None
+        ids = list(ids)
+        fut: asyncio.Future[List[Event]] = self._loop.create_future()
+        sink = _Many(fut, want, command, raise_on_error, ctx, len(ids))
+        waiters = self._waiters
+        for index, cm_id in enumerate(ids):
+            pending = waiters.get(cm_id.uid)  # self._wait_for(cm_id.uid, sink, index), inlined
+            if pending is None:
+                waiters[cm_id.uid] = [(sink, index)]
+            else:
+                pending.append((sink, index))
+            try:
+                method(cm_id, *args)
+            except Exception as e:
+                # the ids before this one are under way: their events are still taken (and acked)
+                self._unwait(cm_id.uid, sink)
+                for rest in ids[index + 1 :]:
+                    self._unwait(rest.uid, sink)
+                fut.set_exception(e)
+                break
+        if not ids:
+            fut.set_result([])
+        return fut
+
+    # -- commands: written at once, a future of the outcome returned
+    def resolve_addr(
         self, cm_id: CmId, dst: Any, src: Any = None, timeout_ms: int = 2000, *, raise_on_error: bool = True
-    ) -> Event:
-        """``cm_id.resolve_addr`` and wait for ADDR_RESOLVED (ADDR_ERROR raises EventError)."""
-        return await self._call(
+    ) -> "asyncio.Future[Event]":
+        """``cm_id.resolve_addr``; a future of ADDR_RESOLVED (ADDR_ERROR: EventError, unless not ``raise_on_error``)."""
+        return self._call(
             cm_id, lambda: cm_id.resolve_addr(dst, src, timeout_ms), E.ADDR_RESOLVED, "RESOLVE_ADDR",
-            raise_on_error, dst=dst, src=src,
+            raise_on_error, {"dst": dst, "src": src},
         )
 
-    async def resolve_route(self, cm_id: CmId, timeout_ms: int = 2000, *, raise_on_error: bool = True) -> Event:
-        """``cm_id.resolve_route`` and wait for ROUTE_RESOLVED (ROUTE_ERROR raises EventError)."""
-        return await self._call(
-            cm_id, lambda: cm_id.resolve_route(timeout_ms), E.ROUTE_RESOLVED, "RESOLVE_ROUTE", raise_on_error
+    def resolve_route(self, cm_id: CmId, timeout_ms: int = 2000, *, raise_on_error: bool = True) -> "asyncio.Future[Event]":
+        """``cm_id.resolve_route``; a future of ROUTE_RESOLVED (ROUTE_ERROR: EventError, unless not ``raise_on_error``)."""
+        return self._call(
+            cm_id, lambda: cm_id.resolve_route(timeout_ms), E.ROUTE_RESOLVED, "RESOLVE_ROUTE", raise_on_error, {}
+        )
+
+    def resolve_addr_many(
+        self, ids: Iterable[CmId], dst: Any, src: Any = None, timeout_ms: int = 2000, *, raise_on_error: bool = True
+    ) -> "asyncio.Future[List[Event]]":
+        """``resolve_addr`` for every id; one future of all their outcome events, in order.
+
+        With ``raise_on_error`` the first failure event sets EventError (the others are
+        still taken and acked); a synchronous refusal stops issuing and is set on the future.
+        """
+        return self._call_many(
+            ids, CmId.resolve_addr, (dst, src, timeout_ms), E.ADDR_RESOLVED, "RESOLVE_ADDR", raise_on_error,
+            {"dst": dst, "src": src},
+        )
+
+    def resolve_route_many(
+        self, ids: Iterable[CmId], timeout_ms: int = 2000, *, raise_on_error: bool = True
+    ) -> "asyncio.Future[List[Event]]":
+        """``resolve_route`` for every id; one future of all their outcome events, in order."""
+        return self._call_many(
+            ids, CmId.resolve_route, (timeout_ms,), E.ROUTE_RESOLVED, "RESOLVE_ROUTE", raise_on_error, {}
         )

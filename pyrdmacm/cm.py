@@ -10,6 +10,15 @@ issue them).  Events are read by one reader at a time: ``get_event`` polls
 the non-blocking fd, then writes GET_EVENT; a second concurrent reader is
 refused with :class:`~pyrdmacm.errors.StateError` instead of interleaving.
 
+Faults have defined outcomes.  ``close()`` from another thread wakes a reader
+blocked in ``get_event`` (through an eventfd polled beside the device: closing
+an fd does not wake a ``poll()`` on it), which raises StateError.  An fd
+closed behind the channel's back (EBADF, POLLNVAL) is a StateError too.  A
+signal during a wait runs its handler and the wait goes on with the time left;
+a handler that raises ends the wait, and the channel stays usable.  A forked
+child may not use its parent's channel (the fd, the ids and their events are
+the parent's): every call raises StateError before any syscall.
+
 A :class:`CmId` is one kernel id (``rdma_create_id``).  Its ``uid`` -- echoed
 by the kernel in each of its events -- is a per-channel counter starting at
 1 (uid 0 would silence the kernel's events).  The id's state follows the
@@ -84,6 +93,7 @@ _LISTEN = CODECS["rdma_ucm_listen"].pack
 _CONNECT = CODECS["rdma_ucm_connect"].pack
 _DISCONNECT = CODECS["rdma_ucm_disconnect"].pack
 _U32 = struct.Struct("<I")
+_new_event = tuple.__new__
 
 QUERY_PATH_MAX = 6  # librdmacm's buffer: 8 + 6 * 72 = 440 bytes
 _PATH_SIZE = CODECS["ib_path_rec_data"].size
@@ -135,8 +145,14 @@ class State(enum.Enum):
     def __str__(self) -> str:
         return self.name
 
+    # members are singletons: an identity hash keeps TRANSITIONS lookups off Enum's Python-level __hash__
+    __hash__ = object.__hash__
+
 
 S = State
+# Enum members read as module globals in the hot paths: ``State.IDLE`` goes through the
+# enum metaclass and costs ten times a global read.
+_IDLE, _ADDR_BOUND, _DESTROYED = State.IDLE, State.ADDR_BOUND, State.DESTROYED
 
 #: (state, call or event) -> new state.  Anything absent is illegal for a
 #: call (StateError before the syscall) and leaves the state alone for an event.
@@ -259,6 +275,11 @@ def _device_ref(transport: Any, index: Optional[int], guid: int) -> DeviceRef:
     try:
         find = getattr(transport, "find_device", None)
         if find is None:
+            # a GUID that one device has in sysfs names it in a few reads; the device list
+            # (RDMA netlink through pyroute2, ~150 ms to import) is for the other cases
+            name = _name_by_guid_sysfs(guid)
+            if name is not None:
+                return DeviceRef(name, index, guid)
             from . import devices
 
             find = devices.find_device
@@ -272,6 +293,47 @@ def _device_ref(transport: Any, index: Optional[int], guid: int) -> DeviceRef:
     return DeviceRef(name, index, guid)
 
 
+def _name_by_guid_sysfs(guid: int, root: str = "/sys/class/infiniband") -> Optional[str]:
+    """The one RDMA device whose sysfs ``node_guid`` is ``guid``; None for none, several, or GUID 0."""
+    if not guid:
+        return None
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return None
+    found = []
+    for name in names:
+        try:
+            with open(os.path.join(root, name, "node_guid")) as f:
+                if int(f.read().strip().replace(":", ""), 16) == guid:
+                    found.append(name)
+        except (OSError, ValueError):
+            continue
+    return found[0] if len(found) == 1 else None
+
+
+class _TryLock:
+    """The one-reader rule's lock: never waited on, only tried.  A one-slot list whose
+    ``pop``/``append`` are atomic; under qemu's emulation a ``threading.Lock`` round trip
+    costs as much as the GET_EVENT it guards."""
+
+    __slots__ = ("slot",)
+
+    def __init__(self) -> None:
+        self.slot = [True]
+
+    def acquire(self, blocking: bool = False) -> bool:
+        assert not blocking, "a _TryLock is only tried"
+        try:
+            self.slot.pop()
+        except IndexError:
+            return False
+        return True
+
+    def release(self) -> None:
+        self.slot.append(True)
+
+
 class EventChannel:
     """One rdma_cm fd: ``fileno()`` for select/poll, ``get_event()`` to read events.
 
@@ -281,19 +343,32 @@ class EventChannel:
 
     def __init__(self, transport: Any = None, *, legacy: Optional[bool] = None) -> None:
         self._t = transport if transport is not None else KernelDevice()
-        self._write = self._t.write
+        # os.write bound to the fd when the device offers it (one Python call less per
+        # command); close() puts the guarded write back before closing the fd
+        writer = getattr(self._t, "writer", None)
+        self._write = writer() if writer is not None else self._t.write
         self._ids: Dict[int, CmId] = {}
         self._next_uid = 1
         self._cmd_lock = threading.Lock()
-        self._reader_lock = threading.Lock()
+        self._reader_lock = _TryLock()
         self._reader: Optional[int] = None
+        #: what close() signals so that a thread blocked in get_event wakes up (closing
+        #: an fd does not wake a poll() on it): an eventfd, or a pipe (read, write) before 3.10
+        self._wake, self._wake_w = _wake_fds()
         self._pid = os.getpid()
+        self._wait_first = False  # set for the private channel of a sync id
         self.closed = False
         self._r_create = ReplyBuffer(CODECS["rdma_ucm_create_id_resp"].size)
         self._r_destroy = ReplyBuffer(CODECS["rdma_ucm_destroy_id_resp"].size)
+        # CREATE_ID and DESTROY_ID take their reply buffer from these one-slot pools
+        # (list.pop/append are atomic): cheaper than the command lock, and a second thread
+        # meanwhile gets a buffer of its own.
+        self._create_replies: List[ReplyBuffer] = [self._r_create]
+        self._destroy_replies: List[ReplyBuffer] = [self._r_destroy]
         self._r_query = ReplyBuffer(max(_ADDR_RESP.size, _ROUTE_RESP.size, _QUERY_PATH_REPLY))
         self._r_event = ReplyBuffer(EVENT_RESP_SIZE)
         self._b_get_event = H_GET_EVENT + _GET_EVENT(self._r_event.address)
+        self._packed_dst: Tuple[Optional[Address], int, bytes] = (None, 0, b"")  # see CmId.resolve_addr
         if legacy is None:
             legacy = getattr(self._t, "legacy", None)
             if legacy is None:
@@ -313,7 +388,23 @@ class EventChannel:
         for cm_id in list(self._ids.values()):
             cm_id._state = State.DESTROYED
         self._ids.clear()
+        if self._wake_w >= 0:
+            os.write(self._wake_w, _ONE)  # wake a waiting reader: it raises "closed"
+        self._write = self._t.write  # guarded: raises once the fd is closed
         self._t.close()
+        if self._reader_lock.acquire(blocking=False):
+            try:
+                self._close_wake()
+            finally:
+                self._reader_lock.release()
+        # else the waiting reader closes the eventfd on its way out
+
+    def _close_wake(self) -> None:
+        fds = {self._wake, self._wake_w}
+        self._wake = self._wake_w = -1
+        for fd in fds:
+            if fd >= 0:
+                os.close(fd)
 
     def __enter__(self) -> "EventChannel":
         return self
@@ -339,10 +430,11 @@ class EventChannel:
     def _check(self) -> None:
         if self.closed:
             raise StateError("the event channel is closed")
-        if os.getpid() != self._pid:
+        if _PID != self._pid:
             raise StateError(
-                "this event channel was opened by process %d; a forked child must open its own "
-                "(the kernel refuses writes from other credentials, and the ids belong to the parent)" % self._pid
+                "this event channel was opened by process %d, and process %d is a forked child: "
+                "the fd is shared with the parent, whose ids and events it holds; open a new "
+                "EventChannel in the child" % (self._pid, os.getpid())
             )
 
     def execute(self, data: bytes, command: str = "command", **ctx: Any) -> None:
@@ -350,11 +442,24 @@ class EventChannel:
         try:
             n = self._write(data)
         except OSError as e:
-            if self.closed:
-                raise StateError("the event channel is closed") from None
-            raise KernelError(e.errno or errno.EIO, command, **ctx) from None
+            raise self._refused(e, command, ctx) from None
         if n != len(data):
-            raise KernelError(errno.ENODATA, command, hint="short write (%d of %d bytes)" % (n, len(data)))
+            raise self._short(n, data, command)
+
+    # The hot paths (CREATE_ID, RESOLVE_ADDR, RESOLVE_ROUTE, DESTROY_ID, GET_EVENT) inline
+    # execute() and _check(): a Python call costs more than the rest of a command's Python
+    # work (see docs/benchmarks.md).  These two keep the error rules in one place.
+    def _refused(self, e: OSError, command: str, ctx: Dict[str, Any]) -> Exception:
+        """The exception for a write the kernel refused."""
+        if self.closed:
+            return StateError("the event channel is closed")
+        if e.errno == errno.EBADF:
+            return _fd_closed_behind()
+        return KernelError(e.errno or errno.EIO, command, **ctx)
+
+    @staticmethod
+    def _short(n: int, data: bytes, command: str) -> Exception:
+        return KernelError(errno.ENODATA, command, hint="short write (%d of %d bytes)" % (n, len(data)))
 
     # -- events
     def get_event(self, timeout: Optional[float] = None) -> Optional[Event]:
@@ -363,31 +468,60 @@ class EventChannel:
         ``timeout=None`` waits for ever, ``0`` only polls.  EINTR is retried
         with the time left.  Only one thread may wait at a time.
         """
-        self._check()
-        if not self._reader_lock.acquire(blocking=False):
+        if self.closed or self._pid != _PID:
+            self._check()
+        slot = self._reader_lock.slot  # _reader_lock.acquire(blocking=False), inlined
+        try:
+            slot.pop()
+        except IndexError:
             raise StateError(
                 "another thread is already reading events from this channel (thread %s); "
                 "read events from one thread and hand them out" % self._reader
-            )
+            ) from None
         try:
             self._reader = threading.get_ident()
+            if not self._wait_first:
+                # the common case, an event already queued: one GET_EVENT, no loop set-up
+                try:
+                    n = self._write(self._b_get_event)
+                except BlockingIOError:
+                    if timeout == 0:
+                        return None  # only polling: nothing queued
+                    n = 0
+                except (OSError, UsageError):
+                    n = 0  # the loop below reports it
+                if n > 0:
+                    ev = self._dispatch(self._r_event.view)
+                    if ev is not None:
+                        return ev
             return self._get_event(timeout)
         finally:
             self._reader = None
-            self._reader_lock.release()
+            if self.closed:
+                self._close_wake()
+            slot.append(True)
 
     def _get_event(self, timeout: Optional[float]) -> Optional[Event]:
         deadline = None if timeout is None else time.monotonic() + timeout
         data = self._b_get_event
         buf = self._r_event
+        # A sync id's private channel reads right after its own command, when the event is
+        # almost never there yet: wait first, as librdmacm's blocking read does, instead of
+        # spending a GET_EVENT that can only say EAGAIN.
+        skip_read = self._wait_first and timeout != 0
         while True:
             try:
+                if skip_read:
+                    skip_read = False
+                    raise BlockingIOError
                 n = self._write(data)
             except BlockingIOError:
                 n = -1
-            except OSError as e:
+            except (OSError, UsageError) as e:
                 if self.closed:
                     raise StateError("the event channel was closed while waiting") from None
+                if isinstance(e, UsageError) or e.errno == errno.EBADF:
+                    raise _fd_closed_behind() from None
                 if e.errno == errno.EINTR:
                     continue
                 raise KernelError(e.errno or errno.EIO, "GET_EVENT") from None
@@ -404,17 +538,26 @@ class EventChannel:
                 if left <= 0:
                     return None
                 wait_ms = max(1, int(left * 1000 + 0.999))
+            # A signal during poll(): Python runs its handler and polls again with the time
+            # left (PEP 475); a handler that raises ends the wait with its exception, and
+            # the channel stays usable (the finally of get_event releases the reader).
             try:
                 fd = self._t.fileno()
                 p = select.poll()
                 p.register(fd, select.POLLIN)
-                p.poll(wait_ms)
+                p.register(self._wake, select.POLLIN)
+                ready = p.poll(wait_ms)
             except InterruptedError:  # pragma: no cover - retried by Python itself since 3.5
                 continue
             except (ValueError, OSError, UsageError):
                 if self.closed:
                     raise StateError("the event channel was closed while waiting") from None
                 raise
+            if self.closed:
+                raise StateError("the event channel was closed (by another thread) while waiting for an event")
+            for rfd, revents in ready:
+                if rfd == fd and revents & select.POLLNVAL:
+                    raise _fd_closed_behind()
 
     def _dispatch(self, view: Any) -> Optional[Event]:
         uid, handle, ev, status, raw, ece = decode_event_head(view)
@@ -422,7 +565,7 @@ class EventChannel:
         if cm_id is None:
             return None  # an id destroyed meanwhile: its event is dropped
         listen_id = None
-        if ev is E.CONNECT_REQUEST:
+        if ev is _CONNECT_REQUEST:
             listen_id = cm_id
             cm_id = CmId._adopt(self, handle, listen_id)
         else:
@@ -430,7 +573,7 @@ class EventChannel:
             if new is not None:
                 cm_id._state = new
             cm_id._gen += 1
-        event = Event(ev, status, cm_id, handle, raw, ece, listen_id)
+        event = _new_event(Event, (ev, status, cm_id, handle, raw, ece, listen_id))  # Event(...) minus a frame
         cm_id._unacked += 1
         return event
 
@@ -452,6 +595,36 @@ class EventChannel:
         return uid
 
 
+_ONE = (1).to_bytes(8, "little")  # an eventfd takes a u64 (host order; any non-zero will do)
+
+
+def _wake_fds() -> Tuple[int, int]:
+    if hasattr(os, "eventfd"):
+        fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        return fd, fd
+    return os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+
+
+def _fd_closed_behind() -> StateError:
+    return StateError(
+        "the event channel's fd was closed behind its back (EBADF: os.close() on its fileno()?); "
+        "close channels with close(), and open a new EventChannel"
+    )
+
+
+#: This process's id, kept current by a fork hook: checking for a forked child costs a
+#: global read per command, not a getpid() system call.
+_PID = os.getpid()
+
+
+def _after_fork_in_child() -> None:
+    global _PID
+    _PID = os.getpid()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _kernel_at_least(major: int, minor: int) -> bool:
     try:
         parts = os.uname().release.split(".")
@@ -466,6 +639,13 @@ def _qp_type_for(ps: abi.PortSpace, qp_type: Optional[int]) -> abi.QpType:
     if qp_type is not None:
         raise UsageError("qp_type is derived from the port space except for PortSpace.IB")
     return abi.QpType.RC if ps is abi.PortSpace.TCP else abi.QpType.UD
+
+
+_PS_TCP = abi.PortSpace.TCP
+_QP_RC = abi.QpType.RC
+_CONNECT_REQUEST = E.CONNECT_REQUEST
+_CREATE_REPLY_SIZE = CODECS["rdma_ucm_create_id_resp"].size
+_DESTROY_REPLY_SIZE = CODECS["rdma_ucm_destroy_id_resp"].size
 
 
 class CmId:
@@ -502,23 +682,26 @@ class CmId:
         qp_type: Optional[int] = None,
         context: Any = None,
     ) -> None:
-        try:
-            ps = abi.PortSpace(ps)
-        except ValueError:
-            raise UsageError(
-                "unknown port space %r: use PortSpace.TCP, UDP, IPOIB or IB" % (ps,)
-            ) from None
+        if ps.__class__ is not abi.PortSpace:
+            try:
+                ps = abi.PortSpace(ps)
+            except ValueError:
+                raise UsageError(
+                    "unknown port space %r: use PortSpace.TCP, UDP, IPOIB or IB" % (ps,)
+                ) from None
         self.sync = channel is None
         if channel is None:
             channel = EventChannel()
+            channel._wait_first = True
         elif not isinstance(channel, EventChannel):
             raise UsageError("channel must be an EventChannel or None, got %r" % (channel,))
-        channel._check()
+        if channel.closed or channel._pid != _PID:
+            channel._check()
         self.channel = channel
         self.ps = ps
-        self.qp_type = _qp_type_for(ps, qp_type)
+        self.qp_type = _QP_RC if qp_type is None and ps is _PS_TCP else _qp_type_for(ps, qp_type)
         self.context = context
-        self._state = State.IDLE
+        self._state = _IDLE
         self._gen = 0
         self._info: Optional[AddrInfo] = None
         self._info_gen = -1
@@ -526,12 +709,23 @@ class CmId:
         self._gid_gen = -1
         self._dst: Optional[Address] = None
         self._unacked = 0
-        uid = channel._new_uid()
-        self.uid = uid
-        reply = channel._r_create
-        with channel._cmd_lock:
-            channel.execute(H_CREATE + _CREATE(uid, reply.address, ps, self.qp_type, b""), "CREATE_ID")
-            self.handle = _U32.unpack_from(reply.view)[0]
+        pool = channel._create_replies
+        try:
+            reply = pool.pop()
+        except IndexError:  # another thread has it
+            reply = ReplyBuffer(_CREATE_REPLY_SIZE)
+        uid = self.uid = channel._next_uid  # channel._new_uid(), inlined
+        channel._next_uid = uid + 1
+        data = H_CREATE + _CREATE(uid, reply.address, ps, self.qp_type, b"")
+        try:
+            n = channel._write(data)
+        except OSError as e:
+            pool.append(reply)
+            raise channel._refused(e, "CREATE_ID", {}) from None
+        if n != len(data):
+            raise channel._short(n, data, "CREATE_ID")
+        self.handle = _U32.unpack_from(reply.view)[0]
+        pool.append(reply)
         channel._ids[uid] = self
 
     @classmethod
@@ -554,7 +748,7 @@ class CmId:
         st = self._state
         if self.channel.closed:
             raise StateError("%s: the id's event channel is closed (closing it destroyed the id)" % call)
-        if st is State.DESTROYED:
+        if st is _DESTROYED:
             raise StateError("%s on a destroyed id (uid %d)" % (call, self.uid))
         new = TRANSITIONS.get((st, call))
         if new is None:
@@ -596,14 +790,18 @@ class CmId:
         """
         d = parse_address(dst)
         s = parse_address(src) if src is not None else None
-        if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or not 0 <= timeout_ms <= 0xFFFFFFFF:
+        if (
+            timeout_ms.__class__ is not int and (not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool))
+        ) or not 0 <= timeout_ms <= 0xFFFFFFFF:
             raise UsageError("timeout_ms must be an int in 0..4294967295 (milliseconds), got %r" % (timeout_ms,))
         if s is not None and s.family != d.family:
             raise UsageError(
                 "source %s and destination %s are of different families: the kernel requires one family" % (s, d)
             )
-        new = self._transition("resolve_addr")
-        if self._state is State.ADDR_BOUND and s is not None:
+        new = TRANSITIONS.get((self._state, "resolve_addr"))  # the legal case without a call
+        if new is None or self.channel.closed:
+            new = self._transition("resolve_addr")  # raises, saying why
+        if s is not None and self._state is _ADDR_BOUND:
             bound = self._bound_src()
             if bound is None or bound != s:
                 warnings.warn(
@@ -613,11 +811,18 @@ class CmId:
                     stacklevel=2,
                 )
         ch = self.channel
-        ch._check()
+        if ch.closed or ch._pid != _PID:
+            ch._check()
         if ch.legacy:
             data = H_RESOLVE_IP + _RESOLVE_IP(
                 s.pack_in6() if s is not None else bytes(28), d.pack_in6(), self.handle, timeout_ms
             )
+        elif s is None:
+            # many ids resolving one destination: its sockaddr is packed once per channel
+            packed = ch._packed_dst
+            if packed[0] is not d:
+                packed = ch._packed_dst = (d, d.size, d.pack_storage())
+            data = H_RESOLVE_ADDR + _RESOLVE_ADDR(self.handle, timeout_ms, 0, packed[1], 0, b"", packed[2])
         else:
             data = H_RESOLVE_ADDR + _RESOLVE_ADDR(
                 self.handle,
@@ -628,7 +833,12 @@ class CmId:
                 s.pack_storage() if s is not None else b"",
                 d.pack_storage(),
             )
-        ch.execute(data, "RESOLVE_ADDR" if not ch.legacy else "RESOLVE_IP", src=s, dst=d)
+        try:
+            n = ch._write(data)
+        except OSError as e:
+            raise ch._refused(e, "RESOLVE_ADDR" if not ch.legacy else "RESOLVE_IP", {"src": s, "dst": d}) from None
+        if n != len(data):
+            raise ch._short(n, data, "RESOLVE_ADDR")
         self._state = new
         self._dst = d
         self._gen += 1
@@ -642,12 +852,23 @@ class CmId:
         ROUTE_RESOLVED or ROUTE_ERROR follows.  The kernel refuses
         ``timeout_ms == 0`` with EINVAL; so do we, before the syscall.
         """
-        if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or not 0 < timeout_ms <= 0xFFFFFFFF:
+        if (
+            timeout_ms.__class__ is not int and (not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool))
+        ) or not 0 < timeout_ms <= 0xFFFFFFFF:
             raise UsageError("timeout_ms must be an int in 1..4294967295 (milliseconds), got %r" % (timeout_ms,))
-        new = self._transition("resolve_route")
+        new = TRANSITIONS.get((self._state, "resolve_route"))  # the legal case without a call
+        if new is None or self.channel.closed:
+            new = self._transition("resolve_route")  # raises, saying why
         ch = self.channel
-        ch._check()
-        ch.execute(H_RESOLVE_ROUTE + _RESOLVE_ROUTE(self.handle, timeout_ms), "RESOLVE_ROUTE", dst=self._dst)
+        if ch.closed or ch._pid != _PID:
+            ch._check()
+        data = H_RESOLVE_ROUTE + _RESOLVE_ROUTE(self.handle, timeout_ms)
+        try:
+            n = ch._write(data)
+        except OSError as e:
+            raise ch._refused(e, "RESOLVE_ROUTE", {"dst": self._dst}) from None
+        if n != len(data):
+            raise ch._short(n, data, "RESOLVE_ROUTE")
         self._state = new
         self._gen += 1
         if self.sync:
@@ -736,18 +957,30 @@ class CmId:
         Never blocks: events not yet acked are reported with an
         :class:`UnackedEventsWarning` (librdmacm would wait for them for ever).
         """
-        if self._state is State.DESTROYED:
+        if self._state is _DESTROYED:
             raise StateError("destroy: id uid %d is already destroyed" % self.uid)
         ch = self.channel
         if ch.closed:
-            self._state = State.DESTROYED
+            self._state = _DESTROYED
             raise StateError("destroy: the id's event channel is closed (the kernel destroyed its ids then)")
-        ch._check()
-        reply = ch._r_destroy
-        with ch._cmd_lock:
-            ch.execute(H_DESTROY + _DESTROY(reply.address, self.handle, 0), "DESTROY_ID")
-            reported = _U32.unpack_from(reply.view)[0]
-        self._state = State.DESTROYED
+        if ch._pid != _PID:
+            ch._check()
+        pool = ch._destroy_replies
+        try:
+            reply = pool.pop()
+        except IndexError:  # another thread has it
+            reply = ReplyBuffer(_DESTROY_REPLY_SIZE)
+        data = H_DESTROY + _DESTROY(reply.address, self.handle, 0)
+        try:
+            n = ch._write(data)
+        except OSError as e:
+            pool.append(reply)
+            raise ch._refused(e, "DESTROY_ID", {}) from None
+        if n != len(data):
+            raise ch._short(n, data, "DESTROY_ID")
+        reported = int(_U32.unpack_from(reply.view)[0])
+        pool.append(reply)
+        self._state = _DESTROYED
         if ch._ids.get(self.uid) is self:
             del ch._ids[self.uid]
         if self._unacked:
@@ -796,18 +1029,23 @@ class CmId:
         except KernelError:
             return None
 
+    def _alive(self, call: str) -> None:
+        # before any cache or syscall: the kernel reuses a destroyed id's handle for new ids
+        if self._state is State.DESTROYED:
+            raise StateError("%s on a destroyed id (uid %d): create a new id" % (call, self.uid))
+
     def query_addr(self) -> AddrInfo:
         """QUERY ADDR (QUERY_ROUTE on old kernels): source, destination, device, port, pkey."""
+        self._alive("query_addr")
         if self._info is not None and self._info_gen == self._gen:
             return self._info
-        if self._state is State.DESTROYED:
-            raise StateError("query on a destroyed id")
         ch = self.channel
         ch._check()
         buf = ch._r_query
         with ch._cmd_lock:
             if ch.legacy:
                 buf.clear()
+                buf.fill(b"\0" * (_ROUTE_RESP.size - 8) + b"\xff\xff\xff\xff")  # ibdev_index = -1 before 5.8
                 ch.execute(H_QUERY_ROUTE + _QUERY(buf.address, self.handle, 0), "QUERY_ROUTE")
                 r = _ROUTE_RESP.unpack_dict(buf.view)
                 src = unpack_sockaddr(r["src_addr"])
@@ -832,6 +1070,7 @@ class CmId:
 
     def query_gid(self) -> Tuple[Optional[Address], Optional[Address]]:
         """QUERY GID: source and destination as AF_IB addresses (the GIDs, pkey, service id)."""
+        self._alive("query_gid")
         if self._gid is not None and self._gid_gen == self._gen:
             return self._gid
         ch = self.channel
@@ -847,6 +1086,7 @@ class CmId:
 
     def query_path(self) -> List[PathRecord]:
         """QUERY PATH: the path records of the resolved route (up to 6)."""
+        self._alive("query_path")
         ch = self.channel
         ch._check()
         buf = ch._r_query

@@ -87,7 +87,7 @@ def parse_input(text: str) -> bytes:
 
 def _render(struct_name: str, value: Any, key: str = "") -> Any:
     if isinstance(value, Container):
-        out = {}
+        out: Dict[str, Any] = {}
         for k, v in value.items():
             if k.startswith("_"):
                 continue
@@ -117,8 +117,8 @@ def _sockaddr(v: Any) -> Optional[str]:
 
 def _rebuild_sockaddr(c: Container) -> bytes:
     if "ss_family" in c:
-        return abi.kernel_sockaddr_storage.build(c)
-    return abi.sockaddr_in6.build(c)
+        return bytes(abi.kernel_sockaddr_storage.build(c))
+    return bytes(abi.sockaddr_in6.build(c))
 
 
 def _parse(name: str, data: bytes, offset: int = 0) -> Tuple[Container, int]:
@@ -134,7 +134,7 @@ def _parse(name: str, data: bytes, offset: int = 0) -> Tuple[Container, int]:
 
 def decode_struct(name: str, data: bytes, offset: int = 0) -> Dict[str, Any]:
     parsed, size = _parse(name, data, offset)
-    out = _render(name, parsed)
+    out: Dict[str, Any] = _render(name, parsed)
     if name in ("rdma_ucm_event_resp", "rdma_ucm_write_cm_event"):
         status = parsed.status
         out["status"] = status - 0x100000000 if status & 0x80000000 else status

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import errno as _errno
 import os
-from typing import Any, Optional
+from typing import Any, Dict, Optional, Tuple
 
 __all__ = [
     "RdmaCmError",
@@ -111,11 +111,11 @@ class _Located(RdmaCmError, OSError):
             msg += " -- " + self.hint
         OSError.__init__(self, err, msg)
 
-    def __reduce__(self):  # keep pickling/copy working with keyword-only args
+    def __reduce__(self) -> Any:  # keep pickling/copy working with keyword-only args
         return (_rebuild, (type(self), self.__dict__.copy(), self.args))
 
 
-def _rebuild(cls, state, args):
+def _rebuild(cls: Any, state: Dict[str, Any], args: Tuple[Any, ...]) -> Any:
     obj = cls.__new__(cls)
     OSError.__init__(obj, *args)
     obj.__dict__.update(state)
@@ -160,7 +160,12 @@ class UsageError(RdmaCmError, ValueError):
 
 
 class StateError(UsageError):
-    """The call is not legal in the id's (or channel's) current state."""
+    """The call is not legal in the id's (or channel's) current state.
+
+    ``errno`` is EINVAL, what the kernel answers a command in the wrong state.
+    """
+
+    errno = _errno.EINVAL
 
 
 class DecodeError(RdmaCmError, ValueError):

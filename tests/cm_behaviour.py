@@ -19,6 +19,7 @@ import pytest
 
 from pyrdmacm.abi import CmEventType as E
 from pyrdmacm.abi import PortSpace, QpType
+from pyrdmacm._device import KernelDevice
 from pyrdmacm.cm import CmId, EventChannel, SourceIgnoredWarning, State, UnackedEventsWarning
 from pyrdmacm.errors import EventError, KernelError, StateError, UsageError
 
@@ -385,3 +386,177 @@ def test_asyncio_resolves_many_ids_concurrently(world: World):
 
 
 __all__.append("test_asyncio_resolves_many_ids_concurrently")
+
+
+# -- faults: each has a defined outcome, and the channel and the other ids keep working
+
+
+def test_forked_child_is_refused_the_parents_channel(world: World):
+    import os
+
+    with world.channel() as ch:
+        cm = CmId(ch)
+        r, w = os.pipe()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads alive
+            pid = os.fork()
+        if pid == 0:  # the child: report on the pipe, never return into pytest
+            try:
+                lines = []
+                for call in (lambda: ch.get_event(0), lambda: CmId(ch), lambda: cm.resolve_addr(world.local),
+                             lambda: cm.query_addr(), lambda: cm.destroy()):
+                    try:
+                        call()
+                        lines.append("no error")
+                    except Exception as e:
+                        lines.append("%s: %s" % (type(e).__name__, e))
+                os.write(w, "\n".join(lines).encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        with os.fdopen(r) as f:
+            lines = f.read().splitlines()
+        os.waitpid(pid, 0)
+        assert len(lines) == 5
+        for line in lines:
+            assert line.startswith("StateError: ") and "forked child" in line, line
+            assert "open a new EventChannel in the child" in line
+        # the child sent nothing: the parent's id is still fresh and resolves
+        cm.resolve_addr(world.local, timeout_ms=2000)
+        ev = wait(ch)
+        assert ev.id is cm and ev.event is E.ADDR_RESOLVED
+        ev.ack()
+        assert cm.destroy() == 1
+
+
+def test_signal_during_a_blocking_wait_is_absorbed(world: World):
+    import signal
+
+    hits = []
+    old = signal.signal(signal.SIGALRM, lambda *a: hits.append(1))
+    try:
+        with world.channel() as ch:
+            cm = CmId(ch)
+            signal.setitimer(signal.ITIMER_REAL, 0.03, 0.03)
+            cm.resolve_addr(world.silent, timeout_ms=400)
+            ev = ch.get_event(None)  # blocks across a dozen signals
+            assert ev is not None and ev.event is E.ADDR_ERROR and ev.id is cm
+            n = len(hits)
+            assert n >= 5
+            t0 = time.monotonic()
+            assert ch.get_event(0.3) is None  # a timed wait keeps its deadline across signals
+            took = time.monotonic() - t0
+            assert 0.29 <= took <= 0.3 + world.slack and len(hits) > n
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_signal_handler_that_raises_ends_the_wait_and_the_channel_survives(world: World):
+    import signal
+
+    class Interrupted(Exception):
+        pass
+
+    def handler(*args):
+        raise Interrupted()
+
+    old = signal.signal(signal.SIGALRM, handler)
+    try:
+        with world.channel() as ch:
+            cm = CmId(ch)
+            signal.setitimer(signal.ITIMER_REAL, 0.1)
+            t0 = time.monotonic()
+            with pytest.raises(Interrupted):
+                ch.get_event(10.0)
+            assert time.monotonic() - t0 < 5
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            # no reader left registered, and events still flow
+            cm.resolve_addr(world.local, timeout_ms=2000)
+            ev = wait(ch)
+            assert ev.id is cm and ev.event is E.ADDR_RESOLVED
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.mark.parametrize("timeout", [None, 30.0])
+def test_close_wakes_a_thread_waiting_for_events(world: World, timeout):
+    ch = world.channel()
+    other = world.channel()
+    CmId(ch).resolve_addr(world.silent, timeout_ms=20000)  # an id with a pending resolution
+    got: list = []
+
+    def waiter():
+        try:
+            got.append(ch.get_event(timeout))
+        except BaseException as e:
+            got.append(e)
+
+    t = threading.Thread(target=waiter, daemon=True)
+    t.start()
+    time.sleep(0.2)  # let it block in poll()
+    t0 = time.monotonic()
+    ch.close()
+    t.join(5)
+    assert not t.is_alive(), "the waiting thread hangs after close()"
+    assert time.monotonic() - t0 < 2
+    (e,) = got
+    assert isinstance(e, StateError) and "closed" in str(e) and "while waiting" in str(e), repr(e)
+    with pytest.raises(StateError, match="closed"):
+        ch.get_event(0)
+    with other:  # other channels are untouched
+        cm = CmId(other)
+        cm.resolve_addr(world.local, timeout_ms=2000)
+        assert wait(other).id is cm
+
+
+def test_fd_closed_behind_the_channels_back(world: World):
+    import os
+
+    ch = world.channel()
+    cm = CmId(ch)
+    os.close(ch.fileno())
+    with pytest.raises(StateError, match="closed behind its back"):
+        ch.get_event(1.0)
+    if not isinstance(ch._t, KernelDevice):
+        return  # the fake's commands do not go through the fd
+    with pytest.raises(StateError, match="closed behind its back"):
+        cm.resolve_addr(world.local)
+    ch.close()  # and closing it is still fine
+
+
+def test_use_after_destroy_is_refused_before_the_syscall(world: World):
+    with world.channel() as ch:
+        cm = CmId(ch)
+        other = CmId(ch)
+        cm.resolve_addr(world.local, timeout_ms=2000)
+        ev = wait(ch)
+        assert cm.device is not None  # cached from here on
+        with pytest.warns(UnackedEventsWarning):
+            assert cm.destroy() == 1
+        ev.ack()  # acking the event of a destroyed id is allowed (and a no-op for the kernel)
+        with pytest.raises(StateError, match="already acked"):
+            ev.ack()
+        calls = (cm.query_addr, cm.query_gid, cm.query_path, lambda: cm.device, lambda: cm.sgid,
+                 cm.get_local_addr, lambda: cm.resolve_route(1000), lambda: cm.bind_addr(world.local),
+                 cm.listen, cm.destroy)
+        for call in calls:
+            with pytest.raises(StateError, match="destroyed"):
+                call()
+        # a new id may get the destroyed one's kernel handle; the old object never reaches it
+        new = CmId(ch)
+        new.resolve_addr(world.local, timeout_ms=2000)
+        assert wait(ch).id is new
+        other.resolve_addr(world.local, timeout_ms=2000)
+        assert wait(ch).id is other
+
+
+__all__ += [
+    "test_forked_child_is_refused_the_parents_channel",
+    "test_signal_during_a_blocking_wait_is_absorbed",
+    "test_signal_handler_that_raises_ends_the_wait_and_the_channel_survives",
+    "test_close_wakes_a_thread_waiting_for_events",
+    "test_fd_closed_behind_the_channels_back",
+    "test_use_after_destroy_is_refused_before_the_syscall",
+]

@@ -28,3 +28,63 @@ def world(request):
         device=FakeDevice().name,
         slack=0.5,
     )
+
+
+def _resolved(kernel):
+    from pyrdmacm.abi import CmEventType as E
+    from pyrdmacm.cm import CmId, EventChannel
+
+    ch = EventChannel(kernel)
+    cm = CmId(ch)
+    cm.resolve_addr("10.0.0.1", timeout_ms=1000)
+    ev = ch.get_event(5)
+    assert ev is not None and ev.event is E.ADDR_RESOLVED
+    return ch, cm
+
+
+@pytest.mark.parametrize("kernel_class", [FakeKernel, LegacyFakeKernel])
+def test_node_guid_zero_device_is_named_by_its_index(kernel_class):
+    net = FakeNet(local={"10.0.0.1": FakeDevice(name="rxe7", index=7, node_guid=0)})
+    ch, cm = _resolved(kernel_class(net))
+    with ch:
+        d = cm.device
+        assert d is not None and (d.name, d.index, d.node_guid) == ("rxe7", 7, 0)
+        assert str(d) == "rxe7" and cm.port_num == 1
+
+
+@pytest.mark.parametrize("kernel_class", [FakeKernel, LegacyFakeKernel])
+def test_pre_5_8_kernel_without_device_index(kernel_class):
+    class Old(kernel_class):
+        ibdev_index = False  # replies end before ibdev_index, as on kernels before 5.8
+
+    # a non-zero node GUID still names the device (and so its index)
+    ch, cm = _resolved(Old(FakeNet()))
+    with ch:
+        d = cm.device
+        assert d is not None and (d.name, d.index, d.node_guid) == ("fake0", 1, FakeDevice().node_guid)
+    # GUID 0 and no index: nothing names the device; the id says so instead of guessing
+    net = FakeNet(local={"10.0.0.1": FakeDevice(name="rxe7", index=7, node_guid=0)})
+    ch, cm = _resolved(Old(net))
+    with ch:
+        assert cm.device is None
+        assert cm.port_num == 1 and str(cm.local_addr.ip) == "10.0.0.1"
+
+
+def test_event_for_an_id_the_channel_does_not_know_is_dropped():
+    """An event whose uid names no live id of this channel (its id was destroyed) is skipped."""
+    import os
+
+    from pyrdmacm._codec import CODECS
+    from pyrdmacm.abi import CmEventType as E
+    from pyrdmacm.cm import CmId, EventChannel
+
+    kernel = FakeKernel(FakeNet())
+    with EventChannel(kernel) as ch:
+        stale = CODECS["rdma_ucm_event_resp"].pack_dict({"uid": 999, "id": 77, "event": int(E.ADDR_RESOLVED)})
+        kernel._events.append((77, stale))
+        os.write(kernel._w, b"e")
+        assert ch.get_event(0.2) is None  # dropped, not raised, not handed out
+        cm = CmId(ch)
+        cm.resolve_addr("10.0.0.1", timeout_ms=1000)
+        ev = ch.get_event(5)
+        assert ev is not None and ev.id is cm

@@ -49,3 +49,28 @@ def world(request):
     finally:
         if default:
             _ip("route", "add", *default.split())
+
+
+def test_abi_version_comes_from_netlink_and_names_the_node(tmp_path):
+    import os
+    import stat
+
+    from pyrdmacm import _device, netlink
+    from pyrdmacm.errors import DeviceNodeError
+
+    nl = _device.chardev_via_netlink()
+    assert nl is not None, "RDMA netlink did not answer GET_CHARDEV"
+    st = os.stat(_device.DEFAULT_PATH)
+    assert nl == ((os.major(st.st_rdev), os.minor(st.st_rdev)), "rdma_cm", 4)
+    assert _device.read_abi_version_sysfs() == 4
+    info = netlink.get_chardev("rdma_cm")  # pyroute2's decoding of the same reply agrees
+    assert (info.dev, info.name, info.abi) == nl
+    assert _device.chardev_via_netlink("no_such_kind") is None
+    dev = _device.KernelDevice()
+    assert (dev.abi_version, dev.abi_source) == (4, "netlink")
+    dev.close()
+    # a node at the path that is not the kernel's rdma_cm (here: /dev/null's numbers)
+    node = tmp_path / "rdma_cm"
+    os.mknod(str(node), stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    with pytest.raises(DeviceNodeError, match="stale"):
+        _device.KernelDevice(str(node))

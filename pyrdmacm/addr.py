@@ -291,11 +291,16 @@ def parse_address(value: Any, port: Optional[int] = None, *, require_zone: bool 
         and addr.ip.is_link_local
         and not addr.scope_id
     ):
-        raise UsageError(
-            "link-local address %s needs a zone naming the interface, e.g. %s%%eth0: "
-            "the kernel cannot tell which link is meant" % (addr.ip, addr.ip)
-        )
+        raise missing_zone(addr.ip)
     return addr
+
+
+def missing_zone(ip: Any) -> UsageError:
+    """The refusal of a link-local IPv6 address without a zone: the library's and the pre-check's."""
+    return UsageError(
+        "link-local address %s needs a zone naming the interface, e.g. %s%%eth0: "
+        "the kernel cannot tell which link is meant" % (ip, ip)
+    )
 
 
 def _parse_gid(text: str, original: Any) -> Address:

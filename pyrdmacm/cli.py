@@ -79,7 +79,7 @@ def cmd_route(args: argparse.Namespace) -> int:
         p = _predict(args.dst, args.src, args.strict)
     except PrecheckError as e:
         if args.json:
-            _print_json({"error": {"errno": e.errno, "name": errno.errorcode.get(e.errno, "?"), "message": str(e)},
+            _print_json({"error": {"errno": e.errno, "name": errno.errorcode.get(e.errno or 0, "?"), "message": str(e)},
                          "prediction": e.prediction})
         else:
             _err(str(e))
@@ -118,23 +118,38 @@ def _id_summary(cm: Any) -> Dict[str, Any]:
     return out
 
 
-def _wait(ch: Any, cm: Any, what: str, timeout_ms: int, quiet: bool) -> Any:
-    """Wait for cm's next event, with a progress line on a terminal after a second."""
-    deadline = time.monotonic() + timeout_ms / 1000.0 + 30
-    shown = False
+PROGRESS_AFTER, PROGRESS_EVERY = 1.0, 0.5  # seconds
+
+
+def _wait(ch: Any, cm: Any, what: str, peer: Any, timeout_ms: int, progress: bool) -> Any:
+    """Wait for cm's next event; with ``progress``, a line on stderr once it takes over a second.
+
+    On a terminal the line is rewritten in place and erased at the end; elsewhere
+    (``--progress`` into a file) each update is a line of its own.
+    """
     start = time.monotonic()
+    deadline = start + timeout_ms / 1000.0 + 30
+    tty = sys.stderr.isatty()
+    shown = False
+    next_at = start + PROGRESS_AFTER
     while True:
-        ev = ch.get_event(1.0)
+        ev = ch.get_event(max(0.0, min(next_at, deadline) - time.monotonic()))
         if ev is not None and ev.id is cm:
-            if shown:
+            if shown and tty:
                 sys.stderr.write("\r\033[K")
+                sys.stderr.flush()
             return ev
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now >= deadline:
             return None
-        if not quiet and sys.stderr.isatty():
-            shown = True
-            sys.stderr.write("\rwaiting for %s: %.0f s of %.1f s timeout" % (what, time.monotonic() - start, timeout_ms / 1000))
-            sys.stderr.flush()
+        if now >= next_at:
+            next_at = now + PROGRESS_EVERY
+            if progress:
+                line = "waiting for %s from %s ... %.1f s / timeout %.1f s" % (
+                    what, peer, now - start, timeout_ms / 1000.0)
+                sys.stderr.write("\r%s\033[K" % line if tty else line + "\n")
+                sys.stderr.flush()
+                shown = True
 
 
 def cmd_resolve(args: argparse.Namespace) -> int:
@@ -144,6 +159,10 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     from .errors import DeviceNodeError, KernelError, PrecheckError, UsageError
 
     result: Dict[str, Any] = {"dst": args.dst, "src": args.src}
+    if args.strict and args.no_precheck:
+        _err("--strict needs the pre-check: drop --no-precheck")
+        return EXIT_USAGE
+    progress = args.progress or (not args.json and sys.stderr.isatty())
     try:
         dst = parse_address(args.dst)
         src = parse_address(args.src) if args.src else None
@@ -160,7 +179,10 @@ def cmd_resolve(args: argparse.Namespace) -> int:
         except PrecheckError as e:
             result["prediction_error"] = {"errno": e.errno, "message": str(e)}
             if args.strict:
-                _err(str(e))
+                _err(str(e) + " (--strict: nothing was sent to the kernel)")
+                if args.json:
+                    result["exit"] = EXIT_KERNEL
+                    _print_json(result)
                 return EXIT_KERNEL
         except Exception as e:  # the pre-check never stops the kernel from being asked
             result["prediction_error"] = {"errno": None, "message": "pre-check unavailable: %s" % e}
@@ -186,10 +208,10 @@ def cmd_resolve(args: argparse.Namespace) -> int:
         try:
             cm.resolve_addr(dst, src, args.timeout)
         except KernelError as e:
-            result["kernel"] = {"refused": "RESOLVE_ADDR", "errno": e.errno, "name": errno.errorcode.get(e.errno),
+            result["kernel"] = {"refused": "RESOLVE_ADDR", "errno": e.errno, "name": errno.errorcode.get(e.errno or 0),
                                 "message": str(e)}
             return _finish(args, result, EXIT_KERNEL, str(e))
-        ev = _wait(ch, cm, "ADDR_RESOLVED", args.timeout, args.json)
+        ev = _wait(ch, cm, "ADDR_RESOLVED", dst.ip, args.timeout, progress)
         took = (time.monotonic() - t0) * 1000
         if ev is None:
             result["kernel"] = {"event": None, "message": "no event from the kernel"}
@@ -212,7 +234,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
                 t1 = time.monotonic()
                 try:
                     cm.resolve_route(max(args.timeout, 1))
-                    rev = _wait(ch, cm, "ROUTE_RESOLVED", args.timeout, args.json)
+                    rev = _wait(ch, cm, "ROUTE_RESOLVED", dst.ip, args.timeout, progress)
                     route: Dict[str, Any] = {"event": rev.event.name if rev else None,
                                              "status": rev.status if rev else None,
                                              "ms": round((time.monotonic() - t1) * 1000, 3)}
@@ -402,6 +424,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="JSON output for scripts")
     r.add_argument("--strict", action="store_true", help="pre-check warnings become errors (nothing is sent)")
     r.add_argument("--no-precheck", action="store_true", help="ask the kernel only")
+    r.add_argument("--progress", action="store_true",
+                   help="show a progress line on stderr during long waits even when it is not a terminal")
     r.set_defaults(func=cmd_resolve)
 
     rt = sub.add_parser("route", help="predict where DST will land (routing tables, RDMA devices), no RDMA needed")

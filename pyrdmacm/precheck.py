@@ -40,8 +40,10 @@ the same inputs, in the caller's network namespace:
 :class:`~pyrdmacm.errors.PrecheckError` (with the errno the kernel will give)
 is raised only where the kernel will certainly refuse.  Things the kernel
 accepts but that look wrong (several RDMA netdevs on the destination's
-subnet, a port that is not ACTIVE, a link-local destination without a zone)
-are ``warnings``; ``strict=True`` turns them into errors.
+subnet, a port that is not ACTIVE, a link-local destination with a wildcard
+source) are ``warnings``; ``strict=True`` turns them into errors.  A
+link-local IPv6 address without a zone raises the very
+:class:`~pyrdmacm.errors.UsageError` that ``resolve_addr`` raises for it.
 
 Assumptions: the port's default RoCE GID type is the kernel's default (v2 when
 supported; configfs ``rdma_cm/<dev>/ports/<p>/default_roce_mode`` can change
@@ -57,6 +59,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .devices import Device, GidType, LinkLayer, NodeType, PortState, ipoib_gid, rdma_netdevs
+from .addr import missing_zone
 from .errors import PrecheckError, UsageError, errno_name
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -357,16 +360,18 @@ def predict(
     :mod:`pyrdmacm.netlink` (default), for tests.
 
     Raises :class:`~pyrdmacm.errors.PrecheckError` with the kernel's errno
-    where the kernel will certainly refuse: EINVAL (family mismatch, link-local
-    source without zone), EADDRNOTAVAIL (source not local), ENETUNREACH /
+    where the kernel will certainly refuse: EINVAL (family mismatch),
+    EADDRNOTAVAIL (source not local), ENETUNREACH /
     EHOSTUNREACH / EACCES / EINVAL (the route lookup fails), ENODEV (no RDMA
     device for the egress netdev or the source).  With ``strict=True`` the
     warnings raise too, each with the errno closest to what it foretells:
     ENOTUNIQ (several RDMA netdevs on the destination's subnet), ENETDOWN
-    (port not ACTIVE, netdev down), EINVAL (link-local destination without a
-    zone), ETIMEDOUT (the last ARP/ND failed), EADDRNOTAVAIL (InfiniBand
+    (port not ACTIVE, netdev down), EINVAL (link-local destination with a
+    wildcard source), ETIMEDOUT (the last ARP/ND failed), EADDRNOTAVAIL (InfiniBand
     gateway: needs ibacm), EHOSTUNREACH (routed RoCE v1), ENODEV (device
-    bound for another netdev, GID tables not visible).
+    bound for another netdev, GID tables not visible).  A link-local IPv6
+    ``dst`` or ``src`` without a zone (in the address or ``scope_id``) raises
+    the :class:`~pyrdmacm.errors.UsageError` that ``resolve_addr`` raises.
     """
     if network is None:
         from . import netlink as network  # lazily: pyroute2 is slow to import
@@ -389,6 +394,12 @@ def predict(
     src_zone = None
     if src_ip is not None and _is_link_local6(src_ip):
         src_zone = _zone(getattr(src_ip, "scope_id", None) or scope_id, net, "src")
+    # resolve_addr refuses a link-local address without a zone before any syscall
+    # (the kernel would refuse a source with EINVAL, and route a destination over
+    # whichever netdev its table lists first): the same refusal, in the same words
+    for ip, zone in ((dst_ip, dst_zone), (src_ip, src_zone)):
+        if ip is not None and _is_link_local6(ip) and zone is None:
+            raise missing_zone(_plain(ip))
     dst_p = _plain(dst_ip)
     src_p = _plain(src_ip) if src_ip is not None else None
     src_specific = src_p is not None and not src_p.is_unspecified
@@ -405,9 +416,7 @@ def predict(
     if src_specific:
         assert src_p is not None
         if _is_link_local6(src_p):
-            if src_zone is None:
-                raise fail(_errno.EINVAL, "a link-local IPv6 source needs a zone",
-                           hint="write it as fe80::...%netdev or pass scope_id=")
+            assert src_zone is not None
             bound = src_zone
             src_link = net.by_index[bound]
             ck.say("source %s is link-local: bound to its zone %s (ifindex %d)" % (src_p, src_link.name, bound))
@@ -435,8 +444,9 @@ def predict(
             ck.say("destination %s is link-local: the route lookup uses its zone %s (ifindex %d)"
                    % (dst_p, net.name(dst_zone), dst_zone))
         if bound == 0:
-            ck.warn("link-local destination %s without a zone: the kernel routes it over whichever "
-                    "netdev its table lists first; give fe80::...%%netdev or scope_id=" % dst_p, _errno.EINVAL)
+            ck.warn("link-local destination %s with a wildcard source: the kernel routes it over "
+                    "whichever netdev its table lists first; give no source, or a source on the "
+                    "zone's netdev" % dst_p, _errno.EINVAL)
 
     # ---- destination 0.0.0.0 / :: / 127.x / ::1 : cma_resolve_loopback ----------------
     if _any_or_loopback(dst_p):

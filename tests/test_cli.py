@@ -75,3 +75,76 @@ def test_python_dash_m_and_help():
     assert r.returncode == 0
     for sub in ("resolve", "route", "devices", "probe", "decode"):
         assert sub in r.stdout
+
+
+@pytest.fixture
+def fake_rdma_cm(monkeypatch):
+    """`pyrdmacm resolve` against the fake kernel: 10.0.0.1 local, 10.0.0.2 answers, 10.0.0.99 silent."""
+    import pyrdmacm.cm
+    from pyrdmacm.fake import FakeKernel, FakeNet
+
+    made = []
+
+    class FakeChannel(pyrdmacm.cm.EventChannel):
+        def __init__(self, transport=None, **kw):
+            made.append(transport or FakeKernel(FakeNet()))
+            super().__init__(made[-1], **kw)
+
+    monkeypatch.setattr(pyrdmacm.cm, "EventChannel", FakeChannel)
+    return made
+
+
+def test_progress_line_on_a_long_wait_when_asked(capsys, fake_rdma_cm):
+    code, out, err = run(capsys, "resolve", "10.0.0.99", "--timeout", "1700", "--no-precheck", "--progress")
+    assert code == cli.EXIT_EVENT and "ADDR_ERROR" in out and "ETIMEDOUT" in out
+    lines = err.splitlines()  # not a terminal: one line per update, no carriage returns
+    assert lines[0] == "waiting for ADDR_RESOLVED from 10.0.0.99 ... 1.0 s / timeout 1.7 s"
+    assert lines[1] == "waiting for ADDR_RESOLVED from 10.0.0.99 ... 1.5 s / timeout 1.7 s"
+    assert len(lines) == 2 and "\r" not in err
+
+
+def test_no_progress_line_unless_asked_or_on_a_terminal(capsys, fake_rdma_cm):
+    code, out, err = run(capsys, "resolve", "10.0.0.99", "--timeout", "1200", "--no-precheck")
+    assert code == cli.EXIT_EVENT and "ADDR_ERROR" in out
+    assert "waiting" not in err
+    code, out, err = run(capsys, "resolve", "10.0.0.2", "--no-precheck", "--progress")
+    assert code == cli.EXIT_OK and "ADDR_RESOLVED" in out
+    assert err == ""  # answered within the first second: no line
+
+
+def test_progress_line_on_a_terminal_is_rewritten_and_erased(monkeypatch, fake_rdma_cm):
+    import io
+    import os
+
+    master, slave = os.openpty()
+    tty = io.TextIOWrapper(io.FileIO(slave, "w", closefd=False), write_through=True)
+    monkeypatch.setattr(sys, "stderr", tty)
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    try:
+        code = cli.main(["resolve", "10.0.0.99", "--timeout", "1200", "--no-precheck"])
+        seen = b""
+        os.set_blocking(master, False)
+        try:
+            while True:
+                seen += os.read(master, 4096)
+        except (BlockingIOError, OSError):
+            pass
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert code == cli.EXIT_EVENT
+    text = seen.decode()
+    assert text.startswith("\rwaiting for ADDR_RESOLVED from 10.0.0.99 ... 1.0 s / timeout 1.2 s")
+    assert text.endswith("\r\x1b[K") and "\n" not in text.replace("\r\n", "")
+
+
+def test_strict_needs_the_precheck(capsys):
+    code, _out, err = run(capsys, "resolve", "10.0.0.1", "--strict", "--no-precheck")
+    assert code == cli.EXIT_USAGE and "--strict needs the pre-check" in err
+
+
+def test_link_local_without_zone_same_refusal_in_route_and_resolve(capsys):
+    code_r, _o, err_route = run(capsys, "route", "fe80::1")
+    code_s, _o, err_resolve = run(capsys, "resolve", "fe80::1")
+    assert code_r == code_s == cli.EXIT_USAGE
+    assert err_route == err_resolve and "needs a zone naming the interface" in err_route

@@ -26,7 +26,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import pytest
 
 from pyrdmacm import devices as D
-from pyrdmacm.errors import PrecheckError
+from pyrdmacm.errors import PrecheckError, UsageError
 from pyrdmacm.precheck import explain, predict
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -79,7 +79,7 @@ class Lab:
 CHILD = r"""
 import json, sys
 from pyrdmacm.devices import list_devices
-from pyrdmacm.errors import PrecheckError
+from pyrdmacm.errors import PrecheckError, UsageError
 from pyrdmacm.precheck import predict
 
 req = json.load(sys.stdin)
@@ -91,6 +91,9 @@ for key, c in req["cases"].items():
         p = predict(c["dst"], c.get("src"), scope_id=c.get("scope_id"), strict=c.get("strict", False), devices=devs)
     except PrecheckError as e:
         out[key] = {"errno": e.errno, "message": str(e)}
+        continue
+    except UsageError as e:
+        out[key] = {"errno": "usage", "message": str(e)}
         continue
     ch = p.chosen
     out[key] = {
@@ -288,17 +291,16 @@ ERRNO_CASES = {
     "family_mismatch": ({"dst": "10.1.0.2", "src": "2001:db8:1::15"}, errno.EINVAL, None),
     "no_rdma_egress": ({"dst": "10.5.0.2"}, errno.ENODEV, None),
     "no_rdma_src": ({"dst": "10.5.0.2", "src": "10.5.0.15"}, errno.ENODEV, None),
-    "ll_src_no_zone": ({"dst": "10.1.0.2"}, errno.EINVAL, None),  # replaced below (needs lab)
     "bad_zone": ({"dst": "fe80::1", "scope_id": 999}, errno.ENODEV, None),
     "strict_same_subnet": ({"dst": "10.3.0.2", "strict": True}, errno.ENOTUNIQ, None),
-    "strict_ll_no_zone": ({"dst": "fe80::1", "strict": True}, errno.EINVAL, None),
+    "strict_ll_wildcard_src": ({"dst": "10.1.0.2"}, errno.EINVAL, None),  # replaced below (needs lab)
 }
 
 
 @pytest.fixture(scope="module")
 def refused(lab: Lab) -> Dict[str, Dict[str, Any]]:
     cases = {k: c for k, (c, _, _) in ERRNO_CASES.items()}
-    cases["ll_src_no_zone"] = {"dst": lab.peer_ll["eth1"] + "%eth1", "src": lab.ll["eth1"]}
+    cases["strict_ll_wildcard_src"] = {"dst": lab.peer_ll["eth1"] + "%eth1", "src": "::", "strict": True}
     return lab.predict(cases)
 
 
@@ -341,11 +343,37 @@ def test_local_destination_uses_the_owning_netdev(lab: Lab) -> None:
     assert (out["lo6"]["device"], out["lo6"]["src"]) == ("rxe1", "::1")
     assert (out["lo_src"]["device"], out["lo_src"]["src"], out["lo_src"]["device_chosen_at"]) == (
         "rxe2", "10.2.0.15", "bind")
-    # a link-local destination without a zone: the kernel accepts it and routes it somewhere
-    ll = out["ll_no_zone"]
+    # a link-local destination without a zone: refused as resolve_addr refuses it
+    assert out["ll_no_zone"] == {"errno": "usage", "message": _missing_zone(lab.peer_ll["eth2"])}
+    # with a wildcard source the zone is not applied: the kernel routes it somewhere
+    ll = lab.predict({"w": {"dst": lab.peer_ll["eth2"] + "%eth2", "src": "::"}})["w"]
     assert ll["errno"] == 0 and ll["bound_ifindex"] == 0
     assert ll["route_netdev"] == lab.route_get(lab.peer_ll["eth2"])["dev"]
-    assert any("without a zone" in w for w in ll["warnings"])
+    assert any("wildcard source" in w for w in ll["warnings"])
+
+
+def _missing_zone(ip: str) -> str:
+    """What resolve_addr says for a link-local address without a zone."""
+    from pyrdmacm.addr import parse_address
+
+    with pytest.raises(UsageError) as ei:
+        parse_address(ip)
+    return str(ei.value)
+
+
+@pytest.mark.parametrize("dst,src", [("fe80::2", None), ("2001:db8::2", "fe80::15"), ("fe80::2", "::")])
+def test_link_local_without_zone_is_refused_as_resolve_addr_refuses_it(devs: List[D.Device], dst: str,
+                                                                        src: Optional[str]) -> None:
+    from pyrdmacm.cm import CmId, EventChannel
+    from pyrdmacm.fake import FakeKernel
+
+    with EventChannel(FakeKernel()) as ch, pytest.raises(UsageError) as lib:
+        CmId(ch).resolve_addr(dst, src)
+    for strict in (False, True):
+        with pytest.raises(UsageError) as pre:
+            predict(dst, src, devices=devs, network=_net(), strict=strict)
+        assert str(pre.value) == str(lib.value)
+        assert "needs a zone naming the interface" in str(pre.value)
 
 
 @pytest.mark.netns
@@ -525,3 +553,62 @@ def test_explain(devs: List[D.Device]) -> None:
     assert "device: predicted rxe0, the kernel chose mlx5_0" in bad
     assert any(m.startswith("source GID: predicted ::ffff:10.0.2.15 (index 3, RoCE v2)") for m in bad)
     assert explain(p, object()) == []
+
+
+@pytest.mark.netns
+def test_vrf_prediction_matches_ip_route_get(tmp_path: Path) -> None:
+    """A VRF (table 10) holding eth7; the main table's default route leaves through eth1.
+    A source in the VRF binds the id to eth7, and the kernel's lookup with that oif uses
+    the VRF's table: predict() must say so, as ``ip route get ... oif eth7`` does."""
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    tag = "pyrdmacm-vrf-%d-%s" % (os.getpid(), uuid.uuid4().hex[:6])
+    a, b = tag + "-a", tag + "-b"
+    made = []
+    try:
+        for ns in (a, b):
+            _run("ip", "netns", "add", ns)
+            made.append(ns)
+            _run("ip", "-n", ns, "link", "set", "lo", "up")
+        r = _run("ip", "-n", a, "link", "add", "vrf-blue", "type", "vrf", "table", "10", check=False)
+        if r.returncode:
+            pytest.skip("this kernel has no vrf link type (module vrf: %s); the kernel lab runs this test, "
+                        "and tests/kernel/test_precheck_vrf_lab.py, on Debian kernels" % r.stderr.strip())
+        _run("ip", "-n", a, "link", "set", "vrf-blue", "up")
+        for nic, peer, mine, theirs in (("eth1", "p1", "10.1.0.15", "10.1.0.2"), ("eth7", "p7", "10.7.0.15", "10.7.0.2")):
+            _run("ip", "-n", a, "link", "add", nic, "type", "veth", "peer", "name", peer, "netns", b)
+            if nic == "eth7":
+                _run("ip", "-n", a, "link", "set", nic, "master", "vrf-blue")
+            _run("ip", "-n", a, "addr", "add", mine + "/24", "dev", nic)
+            _run("ip", "-n", b, "addr", "add", theirs + "/24", "dev", peer)
+            _run("ip", "-n", a, "link", "set", nic, "up")
+            _run("ip", "-n", b, "link", "set", peer, "up")
+        _run("ip", "-n", a, "route", "add", "default", "via", "10.1.0.2")
+        _run("ip", "-n", a, "route", "add", "default", "via", "10.7.0.2", "vrf", "vrf-blue")
+        fs = FakeSysfs(tmp_path)
+        for nic, rxe, ip4 in (("eth1", "rxe1", "10.1.0.15"), ("eth7", "rxe7", "10.7.0.15")):
+            fs.device(rxe, node_guid="0000:0000:0000:000%s" % rxe[-1])
+            fs.port(rxe, 1, gids=roce_gids(nic, "fe80::%s" % rxe[-1], [ip4]))
+        links = json.loads(_run("ip", "-n", a, "-j", "link", "show").stdout)
+        lab = Lab(a=a, b=b, sysfs=tmp_path, ll={}, peer_ll={}, ifindex={x["ifname"]: x["ifindex"] for x in links})
+        cases = {
+            "main": ({"dst": "10.7.0.2"}, None),
+            "vrf": ({"dst": "10.7.0.2", "src": "10.7.0.15"}, "eth7"),
+            "vrf_via": ({"dst": "198.51.100.9", "src": "10.7.0.15"}, "eth7"),
+        }
+        out = lab.predict({k: c for k, (c, _) in cases.items()})
+        for key, (case, oif) in cases.items():
+            p = out[key]
+            assert p["errno"] == 0, (key, p)
+            kernel = lab.route_get(case["dst"], case.get("src"), oif)
+            assert isinstance(kernel, dict), (key, kernel)
+            assert (p["netdev"], p["gateway"], p["src"]) == (
+                kernel["dev"], kernel.get("gateway"), case.get("src") or kernel["prefsrc"]), (key, p, kernel)
+        assert (out["main"]["netdev"], out["main"]["device"], out["main"]["gateway"]) == ("eth1", "rxe1", "10.1.0.2")
+        assert (out["vrf"]["netdev"], out["vrf"]["device"], out["vrf"]["gateway"]) == ("eth7", "rxe7", None)
+        assert (out["vrf_via"]["device"], out["vrf_via"]["gateway"]) == ("rxe7", "10.7.0.2")
+        assert out["vrf"]["table"] == out["vrf_via"]["table"] == 10
+    finally:
+        for ns in made:
+            _run("ip", "netns", "del", ns, check=False)

@@ -56,3 +56,9 @@ def test_probe_reports_what_this_kernel_knows():
     assert cmds["RESOLVE_IB_SERVICE"] == ("yes" if newest else "no")
     assert cmds["WRITE_CM_EVENT"] == ("yes" if newest else "no")
     assert j["netns_mode"] == "shared"
+
+
+def test_progress_line_while_the_kernel_arps():
+    code, out, err = pyrdmacm("resolve", "10.0.2.200", "--timeout", "1500", "--progress")
+    assert code == 1 and "ADDR_ERROR" in out
+    assert err.splitlines()[0] == "waiting for ADDR_RESOLVED from 10.0.2.200 ... 1.0 s / timeout 1.5 s"

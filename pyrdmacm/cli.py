@@ -7,11 +7,20 @@ Subcommands (``pyrdmacm COMMAND --help`` for each)::
     pyrdmacm devices [--json]                        devices, ports, GID tables, netdevs
     pyrdmacm probe [--json]                          device node, ABI, commands, netns mode
     pyrdmacm decode HEX|STRACE-LINE [--reply KIND]   name the fields of a write or a reply
+    pyrdmacm conformance [--json] [--local ADDR] [--case NAME]...
+                                                     check the running kernel's rdma_cm contract
 
 Exit status of ``resolve``: 0 resolved; 1 a failure event (ADDR_ERROR,
-ROUTE_ERROR: the status says why); 2 the kernel refused the command (errno);
+ROUTE_ERROR: the status says why); 2 the kernel refused the command (errno),
+or, with ``--strict``, the pre-check refused or warned (nothing was sent);
 3 bad input; 4 no usable rdma_cm here (module not loaded, node missing).
-``route``: 0 a prediction, 2 the kernel will certainly refuse (errno), 3 bad input.
+``route``: 0 a prediction, 2 the kernel will certainly refuse (errno), or a
+warning with ``--strict``; 3 bad input.
+``conformance``: 0 every case as expected; 1 some case was not (the table says
+which); 4 no usable rdma_cm here.
+
+``resolve`` shows a progress line on stderr while it waits longer than a
+second for an event, when stderr is a terminal (or always with ``--progress``).
 """
 
 from __future__ import annotations
@@ -407,6 +416,35 @@ def cmd_decode(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_conformance(args: argparse.Namespace) -> int:
+    from . import conformance
+    from .errors import DeviceNodeError
+
+    names = [c.name for c in conformance.CASES]
+    unknown = [n for n in args.case if n not in names]
+    if unknown:
+        _err("unknown case %s; the cases are: %s" % (", ".join(unknown), ", ".join(names)))
+        return EXIT_USAGE
+    try:
+        results = conformance.run(local=args.local, only=args.case)
+    except DeviceNodeError as e:
+        _err(str(e))
+        return EXIT_NODEV
+    failed = [r for r in results if not r.passed]
+    if args.json:
+        _print_json({"kernel": os.uname().release, "passed": len(results) - len(failed), "failed": len(failed),
+                     "results": [r.to_dict() for r in results]})
+    else:
+        width = max(len(r.case) for r in results) if results else 4
+        print("%-*s  %-13s %-13s %s" % (width, "case", "expected", "observed", "result"))
+        for r in results:
+            line = "%-*s  %-13s %-13s %s" % (width, r.case, r.expected, r.observed, "pass" if r.passed else "FAIL")
+            print(line + ("  (%s)" % r.detail if r.detail and not r.passed else ""))
+        print("%d cases on Linux %s: %d passed, %d failed"
+              % (len(results), os.uname().release, len(results) - len(failed), len(failed)))
+    return EXIT_OK if not failed else EXIT_EVENT
+
+
 # ------------------------------------------------------------------ main
 
 
@@ -447,6 +485,14 @@ def build_parser() -> argparse.ArgumentParser:
     dc.add_argument("data", nargs="*", help="hex bytes or an strace write(...) line (default: stdin)")
     dc.add_argument("--reply", metavar="KIND", help="decode a reply: CREATE_ID, GET_EVENT, QUERY:ADDR, QUERY:PATH, ...")
     dc.set_defaults(func=cmd_decode)
+
+    cf = sub.add_parser("conformance", help="check the running kernel's rdma_cm contract (bad input answered "
+                                            "with the documented errno, known bugs fixed)")
+    cf.add_argument("--json", action="store_true")
+    cf.add_argument("--local", metavar="ADDR",
+                    help="an IPv4 address of an RDMA netdev, for the cases that resolve (default: found in sysfs)")
+    cf.add_argument("--case", action="append", default=[], metavar="NAME", help="run only this case (repeatable)")
+    cf.set_defaults(func=cmd_conformance)
     return p
 
 

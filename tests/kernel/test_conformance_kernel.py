@@ -1,0 +1,46 @@
+"""The kernel-contract cases of pyrdmacm.conformance, on every kernel of the lab.
+
+Each case is one test item, so a kernel that departs from the contract shows up by
+name; the expectations that differ between kernel versions are data in the cases.
+The CLI's ``pyrdmacm conformance --json`` must report the same and exit 0.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pyrdmacm import conformance
+
+pytestmark = pytest.mark.kernel
+
+
+@pytest.fixture(scope="module")
+def results():
+    return {r.case: r for r in conformance.run(local="10.0.2.15")}
+
+
+@pytest.mark.parametrize("name", [c.name for c in conformance.CASES])
+def test_case(results, name):
+    r = results[name]
+    assert r.passed, "%s: expected %s, observed %s (%s)" % (name, r.expected, r.observed, r.detail)
+
+
+def test_cli_json_agrees():
+    proc = subprocess.run([sys.executable, "-m", "pyrdmacm", "conformance", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 0, out
+    assert out["failed"] == 0 and out["passed"] == len(conformance.CASES)
+    assert {r["case"] for r in out["results"]} == {c.name for c in conformance.CASES}
+
+
+def test_cli_reports_a_departure_with_exit_1(tmp_path, monkeypatch):
+    """A case whose expectation the kernel does not meet is a FAIL row and exit status 1."""
+    from pyrdmacm import cli
+
+    wrong = conformance.Case("short_write_expected_wrongly", "as short_write, expecting ENOSYS",
+                             38, conformance.CASES[0].run)
+    monkeypatch.setattr(conformance, "CASES", [wrong])
+    assert cli.main(["conformance", "--case", "short_write_expected_wrongly"]) == 1

@@ -23,7 +23,9 @@ it may make fewer, later); and the JSON of both must agree step by step.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -153,14 +155,31 @@ def compare_reports(lib: Dict[str, Any], py: Dict[str, Any], ignore: Sequence[st
     return problems
 
 
-def run_traced(argv: Sequence[str], log: str, timeout: float = 60) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
-    """Run one scenario program under strace: (its JSON report, its rdma_cm commands)."""
-    proc = subprocess.run(
+def run_traced(argv: Sequence[str], log: str, timeout: float = 60,
+               env: Optional[Dict[str, str]] = None) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
+    """Run one scenario program under strace: (its JSON report, its rdma_cm commands).
+
+    A program still running after ``timeout`` seconds is killed (with strace: one process
+    group) and its report, the steps it printed so far, gets ``"hung": true``.
+    """
+    proc = subprocess.Popen(
         ["strace", "-f", "-X", "raw", "-xx", "-y", "-s", "65536", "-e", "trace=write", "-o", log, *argv],
-        capture_output=True, text=True, timeout=timeout,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env,
     )
-    if proc.returncode != 0:
-        raise RuntimeError("%s exited %d: %s" % (argv[0], proc.returncode, proc.stderr[-2000:]))
+    hung = False
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        hung = True
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+    if hung:
+        report = json.loads(out.rstrip().rstrip(",") + "]}")
+        report["hung"] = True
+    elif proc.returncode != 0:
+        raise RuntimeError("%s exited %d: %s" % (argv[0], proc.returncode, err[-2000:]))
+    else:
+        report = json.loads(out)
     with open(log) as f:
         writes = parse_strace(f.read())
-    return json.loads(proc.stdout), command_stream(writes)
+    return report, command_stream(writes)

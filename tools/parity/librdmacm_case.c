@@ -8,12 +8,14 @@
  *   resolve DST SRC TIMEOUT_MS   rdma_resolve_addr; SRC "-" for none
  *   route TIMEOUT_MS rdma_resolve_route
  *   wait             rdma_get_cm_event (after up to 10 s of poll), then rdma_ack_cm_event
+ *   wait-noack       the same without the ack (librdmacm's destroy then blocks for ever)
  *   info             what the id says about itself: addresses, ports, device, GIDs
  *   destroy          rdma_destroy_id
  * ADDR is numeric IPv4 or IPv6 (with %zone), "[ADDR]:PORT" or "ADDR:PORT" for IPv4, or
  * "gid:GID" for an AF_IB address with pkey 0xffff.
  *
- * Output: one JSON object on stdout. Before the first step the program writes the marker
+ * Output: one JSON object on stdout, flushed step by step (a run killed in a hang leaves the
+ * steps done so far). Before the first step the program writes the marker
  * "parity-start" to fd -1 (the write fails with EBADF), so that an strace of it can tell
  * librdmacm's start-up probe from the scenario's own commands.
  *
@@ -139,6 +141,7 @@ int main(int argc, char **argv)
 	if (write(-1, "parity-start", 12) != -1)
 		return 3;
 	printf("{\"impl\": \"librdmacm\", \"steps\": [");
+	fflush(stdout);
 	for (i = 1; i < argc; i++) {
 		const char *step = argv[i];
 
@@ -172,7 +175,7 @@ int main(int argc, char **argv)
 		} else if (!strcmp(step, "route") && i + 1 < argc) {
 			ret = rdma_resolve_route(id, atoi(argv[++i]));
 			record_call("resolve_route", ret, errno);
-		} else if (!strcmp(step, "wait")) {
+		} else if (!strcmp(step, "wait") || !strcmp(step, "wait-noack")) {
 			struct pollfd pfd = {.fd = channel ? channel->fd : -1, .events = POLLIN};
 
 			if (!channel || poll(&pfd, 1, 10000) != 1) {
@@ -190,7 +193,8 @@ int main(int argc, char **argv)
 			printf("{\"call\": \"get_cm_event\", \"ret\": 0, \"errno\": 0, "
 			       "\"event\": \"%s\", \"status\": %d}",
 			       rdma_event_str(event->event), event->status);
-			rdma_ack_cm_event(event);
+			if (!strcmp(step, "wait"))
+				rdma_ack_cm_event(event);
 		} else if (!strcmp(step, "info")) {
 			sep();
 			printf("{\"call\": \"info\"");
@@ -214,6 +218,7 @@ int main(int argc, char **argv)
 		} else {
 			usage("unknown step or missing argument");
 		}
+		fflush(stdout);
 	}
 	printf("]}\n");
 	return 0;

@@ -1,0 +1,97 @@
+"""The parity harness (tests/parity.py) on synthetic strace logs: what it keeps, what it flags."""
+
+import sys
+
+import pytest
+
+import parity
+from pyrdmacm import cm
+from pyrdmacm._codec import CODECS
+
+RDMA_CM = "".join("\\x%02x" % b for b in parity.RDMA_CM.encode())
+
+
+def line(fd, data, path=RDMA_CM, ret=None, err=None):
+    esc = "".join("\\x%02x" % b for b in data)
+    target = "%d<%s>" % (fd, path) if path else str(fd)
+    result = "-1 %s (x)" % err if err else str(len(data) if ret is None else ret)
+    return '123   write(%s, "%s", %d) = %s' % (target, esc, len(data), result)
+
+
+def create(uid, response):
+    return cm.H_CREATE + CODECS["rdma_ucm_create_id"].pack(uid, response, 2, 2, b"")
+
+
+def query(response, handle, option):
+    return cm.H_QUERY_ADDR + CODECS["rdma_ucm_query"].pack(response, handle, option)
+
+
+def destroy(response, handle):
+    return cm.H_DESTROY + CODECS["rdma_ucm_destroy_id"].pack(response, handle, 0)
+
+
+def log(*lines):
+    return "\n".join(lines) + "\n"
+
+
+def test_stream_starts_at_the_marker_and_keeps_rdma_cm_only():
+    text = log(
+        line(3, create(7, 0x1000)),                      # start-up probe: before the marker
+        line(-1, parity.MARKER, path=None, err="EBADF"),
+        line(1, b"hello", path="".join("\\x%02x" % b for b in b"pipe:[1]")),
+        line(5, create(9, 0x2000)),
+        line(5, destroy(0x3000, 77), err="ENOENT"),
+    )
+    stream = parity.command_stream(parity.parse_strace(text))
+    assert [c["cmd"] for c in stream] == ["CREATE_ID", "DESTROY_ID"]
+    assert stream[1]["result"] == "ENOENT" and stream[0]["result"] == 32
+
+
+def test_missing_marker_is_an_error():
+    with pytest.raises(ValueError, match="marker"):
+        parity.command_stream(parity.parse_strace(log(line(5, create(1, 2)))))
+
+
+def test_truncated_strace_buffer_is_an_error():
+    with pytest.raises(ValueError, match="truncated"):
+        parity.parse_strace('write(5, "\\x00\\x00"..., 32) = 32\n')
+
+
+def norm(*datas):
+    return parity.normalise([dict(parity.decode.decode_command(d), result=len(d)) for d in datas])
+
+
+def test_pointers_uids_and_handles_compare_by_structure():
+    a = norm(create(0x55AA00, 0x7FFF0), query(0x7FFF8, 4, 0), destroy(0x7FFF0, 4))
+    b = norm(create(1, 0x10), query(0x20, 9, 0), destroy(0x30, 9))
+    assert parity.compare(a, b) == []
+
+
+def test_a_different_field_or_an_extra_query_is_reported():
+    lib = norm(create(1, 0x10), destroy(0x30, 9))
+    other_ps = norm(cm.H_CREATE + CODECS["rdma_ucm_create_id"].pack(1, 0x10, 0x111, 2, b""), destroy(0x30, 9))
+    assert any("command 0" in p for p in parity.compare(lib, other_ps))
+    extra = norm(create(1, 0x10), query(0x20, 9, 1), destroy(0x30, 9))
+    assert any("query librdmacm did not" in p for p in parity.compare(lib, extra))
+    fewer_queries = norm(create(1, 0x10), destroy(0x30, 9))
+    assert parity.compare(norm(create(1, 0x10), query(0x20, 9, 0), destroy(0x30, 9)), fewer_queries) == []
+
+
+def test_reports_compare_step_by_step_with_ephemeral_ports():
+    lib = {"steps": [{"call": "info", "src_port": 40001, "device": "rxe0"}]}
+    assert parity.compare_reports(lib, {"steps": [{"call": "info", "src_port": 51234, "device": "rxe0"}]}) == []
+    bad = parity.compare_reports(lib, {"steps": [{"call": "info", "src_port": 0, "device": "rxe1"}]})
+    assert len(bad) == 2 and any("device" in p for p in bad)
+
+
+def test_hung_program_report_is_kept(tmp_path):
+    script = tmp_path / "hang.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "try:\n    os.write(-1, b'parity-start')\nexcept OSError:\n    pass\n"
+        "sys.stdout.write('{\"impl\": \"x\", \"steps\": [{\"call\": \"a\"}, ')\n"
+        "sys.stdout.flush()\ntime.sleep(30)\n"
+    )
+    report, stream = parity.run_traced([sys.executable, str(script)], str(tmp_path / "log"), timeout=2)
+    assert report == {"impl": "x", "steps": [{"call": "a"}], "hung": True}
+    assert stream == []

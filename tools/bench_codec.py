@@ -3,15 +3,33 @@
 hand-written struct.Struct of the same layout (the floor). Host only, no kernel.
 
     tools/bench_codec.py [--json]
+    tools/bench_codec.py --commands [--n 1000] [--json]
 
 Ratios are codec / hand-written; the target is at most 1.5x.
+
+``--commands`` times the per-command Python cost of the benchmark's phases (tools/bench:
+create N ids, resolve_addr all then collect the events, resolve_route likewise, destroy
+all) without a kernel, three ways, per id and phase:
+
+* ``pyrdmacm`` over :class:`EchoKernel`, a transport that answers each command as rdma_cm
+  would, as cheaply as Python can (the reply written at the command's response address);
+* ``bare``, the floor: a hand-written driver (struct.pack, one write per command, reply
+  buffers reused, no checks) over the same transport;
+* ``fake``: pyrdmacm over pyrdmacm.fake.FakeKernel, which decodes and validates every
+  command (its own cost dominates: a regression guard for the fake, not the core).
+
+``pyrdmacm / bare`` is the Python overhead the library adds per command; on a real kernel
+the syscalls come on top, equally for both.
 """
 
+import ctypes
 import json
 import os
 import struct
 import sys
+import time
 import timeit
+from collections import deque
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -36,7 +54,162 @@ def bench(fn, number=200000):
     return min(timeit.repeat(fn, number=number, repeat=5)) / number * 1e6
 
 
+class EchoKernel:
+    """The device's three operations, answering CREATE_ID, RESOLVE_ADDR, RESOLVE_ROUTE,
+    GET_EVENT and DESTROY_ID with the real reply bytes and nothing else (no checks).
+    The handle of an id is its uid, so events can be made without a table."""
+
+    legacy = False
+
+    def __init__(self):
+        self._r, self._w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self.events = deque()
+        self._hdr = struct.Struct("<IHH")
+        self._q2 = struct.Struct("<QQ")
+        self._ev = struct.Struct("<QIIi")
+
+    def fileno(self):
+        return self._r
+
+    def close(self):
+        for fd in (self._r, self._w):
+            os.close(fd)
+
+    def write(self, data):
+        cmd = data[0]
+        if cmd == 0:  # CREATE_ID: uid, response -> handle = uid
+            uid, resp = self._q2.unpack_from(data, 8)
+            ctypes.memmove(resp, uid.to_bytes(4, "little"), 4)
+        elif cmd == 21:  # RESOLVE_ADDR: id first
+            h = int.from_bytes(data[8:12], "little")
+            self.events.append(self._ev.pack(h, h, 0, 0))
+        elif cmd == 4:  # RESOLVE_ROUTE
+            h = int.from_bytes(data[8:12], "little")
+            self.events.append(self._ev.pack(h, h, 2, 0))
+        elif cmd == 12:  # GET_EVENT: response
+            if not self.events:
+                raise BlockingIOError(11, "no event")
+            ctypes.memmove(int.from_bytes(data[8:16], "little"), self.events.popleft(), 20)
+        elif cmd == 1:  # DESTROY_ID: response, id -> events_reported 0
+            ctypes.memmove(int.from_bytes(data[8:16], "little"), b"\0\0\0\0", 4)
+        else:
+            raise OSError(38, "EchoKernel: command %d not modelled" % cmd)
+        return len(data)
+
+
+PHASES = ("create", "resolve_addr", "resolve_route", "destroy")
+
+
+def phases_pyrdmacm(transport, n, dst):
+    from pyrdmacm import CmId, EventChannel
+
+    ch = EventChannel(transport)
+    get = ch.get_event
+    t = [time.perf_counter()]
+    ids = [CmId(ch) for _ in range(n)]
+    t.append(time.perf_counter())
+    for i in ids:
+        i.resolve_addr(dst, timeout_ms=2000)
+    for _ in range(n):
+        get(None).ack()
+    t.append(time.perf_counter())
+    for i in ids:
+        i.resolve_route(2000)
+    for _ in range(n):
+        get(None).ack()
+    t.append(time.perf_counter())
+    for i in ids:
+        i.destroy()
+    t.append(time.perf_counter())
+    ch.close()
+    return t
+
+
+def phases_bare(transport, n, dst):
+    """The floor: what a careful hand-written driver of the same commands costs."""
+    write = transport.write
+    u32 = struct.Struct("<I")
+    reply = ctypes.create_string_buffer(336)
+    addr = ctypes.addressof(reply)
+    view = memoryview(reply).cast("B")
+    h_create = struct.pack("<IHH", 0, 24, 4)
+    create = struct.Struct("<QQHB5x")
+    h_addr = struct.pack("<IHH", 21, 272, 0)
+    resolve = struct.Struct("<IIHHI128s128s")
+    storage = dst.pack_storage()
+    h_route = struct.pack("<IHH", 4, 8, 0)
+    route = struct.Struct("<II")
+    get_event = struct.pack("<IHH", 12, 8, 336) + struct.pack("<Q", addr)
+    ev = struct.Struct("<QIIi")
+    h_destroy = struct.pack("<IHH", 1, 16, 4)
+    destroy = struct.Struct("<QII")
+    t = [time.perf_counter()]
+    handles = {}
+    for uid in range(1, n + 1):
+        write(h_create + create.pack(uid, addr, 0x106, 2))
+        handles[uid] = u32.unpack_from(view)[0]
+    t.append(time.perf_counter())
+    for h in handles.values():
+        write(h_addr + resolve.pack(h, 2000, 0, 16, 0, b"", storage))
+    for _ in range(n):
+        write(get_event)
+        uid, h, e, st = ev.unpack_from(view)
+    t.append(time.perf_counter())
+    for h in handles.values():
+        write(h_route + route.pack(h, 2000))
+    for _ in range(n):
+        write(get_event)
+        uid, h, e, st = ev.unpack_from(view)
+    t.append(time.perf_counter())
+    for h in handles.values():
+        write(h_destroy + destroy.pack(addr, h, 0))
+        u32.unpack_from(view)
+    t.append(time.perf_counter())
+    return t
+
+
+def fake_transport():
+    from pyrdmacm.fake import FakeKernel, FakeNet
+
+    return FakeKernel(FakeNet())
+
+
+def commands(n, runs=5):
+    from pyrdmacm import parse_address
+
+    results = {}
+    for name, make, fn, dst in (("bare", EchoKernel, phases_bare, "10.0.0.2"),
+                                ("pyrdmacm", EchoKernel, phases_pyrdmacm, "10.0.0.2"),
+                                ("fake", fake_transport, phases_pyrdmacm, "10.0.0.2")):
+        best = None
+        for _ in range(runs if name != "fake" else 2):
+            tr = make()
+            t = fn(tr, n, parse_address(dst))
+            if name == "bare":
+                tr.close()
+            per = [(t[i + 1] - t[i]) / n * 1e6 for i in range(4)]
+            best = per if best is None else [min(a, b) for a, b in zip(best, per)]
+        results[name] = dict(zip(PHASES, best), total=sum(best))
+    return results
+
+
+def main_commands():
+    n = int(sys.argv[sys.argv.index("--n") + 1]) if "--n" in sys.argv else 1000
+    res = commands(n)
+    if "--json" in sys.argv:
+        json.dump({"n": n, "per_id_us": res}, sys.stdout, indent=1)
+        print()
+        return
+    print("per-id us, N=%d, best of 5 (host, no kernel); pyrdmacm/bare = the library's overhead" % n)
+    print("%-14s %9s %9s %9s %14s" % ("phase", "bare", "pyrdmacm", "fake", "pyrdmacm/bare"))
+    for p in PHASES + ("total",):
+        print("%-14s %9.2f %9.2f %9.2f %14.2f" % (p, res["bare"][p], res["pyrdmacm"][p], res["fake"][p],
+                                                  res["pyrdmacm"][p] / res["bare"][p]))
+
+
 def main():
+    if "--commands" in sys.argv:
+        return main_commands()
     rows = []
     for name, (fmt, kind, args) in HAND.items():
         codec = CODECS[name]

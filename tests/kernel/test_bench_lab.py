@@ -1,0 +1,43 @@
+"""tools/bench on a real kernel, tiny: every implementation resolves every id, the JSON has its shape.
+
+Not a measurement (N=20, one round): it keeps the benchmark from rotting between the
+occasions someone runs it for real (docs/benchmarks.md).
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.kernel
+
+ROOT = Path(__file__).resolve().parents[2]
+PHASES = ("create", "resolve_addr", "resolve_route", "destroy", "total")
+N = 20
+
+
+def test_bench_runs_every_implementation(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "bench"), "--n", str(N), "--runs", "1", "--no-memory",
+         "--no-startup", "--json", str(out), "--quiet"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    impls = result["impls"]
+    assert {"c", "pyrdmacm", "aio", "aio-many", "ctypes"} <= set(impls), (impls, proc.stderr)
+    assert result["runs"] == 1 and result["ns"] == [N] and result["kernel"]
+    res = result["results"][str(N)]
+    for impl in impls:
+        assert res["runs"][impl] == 1, impl
+        assert res["failures"][impl] == 0, (impl, [r for r in result["raw"] if r["impl"] == impl])
+        for phase in PHASES:
+            assert res[phase]["per_id_us"][impl] > 0, (impl, phase)
+    for phase in PHASES:
+        ratio = res[phase]["ratio"]
+        assert ratio == pytest.approx(res[phase]["per_id_us"]["pyrdmacm"] / res[phase]["per_id_us"]["c"])
+    rows = [r for r in result["raw"] if r["impl"] != "cmtime"]
+    assert all(r["n"] == N and not r["failures"] for r in rows)

@@ -29,8 +29,9 @@ compared with ``fstat``).  The request is one datagram on a raw
 rather than through :mod:`pyrdmacm.netlink`, whose pyroute2 import costs
 ~150 ms, which the plain resolve path must not pay.
 
-Nothing else in pyrdmacm calls ``os.open``/``os.write`` on the device or takes
-an address.
+Nothing else in pyrdmacm calls ``os.open`` on the device or takes an address;
+the channel's hot paths write through :data:`device_write` on the fd that
+:meth:`KernelDevice.direct_fd` hands out.
 """
 
 from __future__ import annotations
@@ -52,16 +53,25 @@ SYSFS_ABI = ("/sys/class/misc/rdma_cm/abi_version", "/sys/class/infiniband_ucma/
 MIN_ABI, MAX_ABI = 3, 4
 
 
+#: How a command reaches the device: ``os.write(fd, command)``, named here because this
+#: module owns the fd.  :class:`pyrdmacm.cm.EventChannel` calls it directly on the fd
+#: that :meth:`KernelDevice.direct_fd` gave it (a Python call per command is measurable).
+device_write = os.write
+
+
 class ReplyBuffer:
     """A pinned buffer the kernel writes one kind of reply into."""
 
-    __slots__ = ("size", "_buf", "address", "view")
+    __slots__ = ("size", "_buf", "address", "view", "u32")
 
     def __init__(self, size: int) -> None:
         self.size = size
         self._buf = ctypes.create_string_buffer(size)
         self.address = ctypes.addressof(self._buf)
         self.view = memoryview(self._buf).cast("B")
+        #: the buffer as host-order ``__u32`` words (the kernel writes host order): a reply's
+        #: first field is ``u32[0]``, read without a struct call
+        self.u32 = self.view[: size - size % 4].cast("I")
 
     def clear(self) -> None:
         ctypes.memset(self.address, 0, self.size)
@@ -261,6 +271,15 @@ class KernelDevice:
         if type(self).write is not KernelDevice.write:
             return self.write
         return functools.partial(os.write, self.fileno())
+
+    def direct_fd(self) -> int:
+        """The fd, for an owner that writes commands with :func:`device_write` itself (the
+        cheapest way: no call of ours in between), or -1 when a subclass overrides ``write``.
+        Same contract as :meth:`writer`: check the channel is open before each write, and
+        forget the fd before ``close()``."""
+        if type(self).write is not KernelDevice.write:
+            return -1
+        return self.fileno()
 
     def close(self) -> None:
         with self._lock:

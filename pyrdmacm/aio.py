@@ -4,11 +4,11 @@ Theory of operation
 -------------------
 :class:`AsyncChannel` wraps an :class:`~pyrdmacm.cm.EventChannel`.  It
 registers the channel's ``fileno()`` with ``loop.add_reader``; when the fd is
-readable it drains every queued event with ``get_event(0)`` (a non-blocking
-GET_EVENT) and hands each to the future waiting for that id, or to the queue
-read by :meth:`AsyncChannel.get_event`.  Commands are the core's own calls
-(a ``write()`` each, which never blocks), so thousands of ids resolve
-concurrently from one task and no thread is involved.
+readable it drains every queued event with ``get_events(n, 0)`` (non-blocking
+GET_EVENTs under one reader guard) and hands each to the future waiting for
+that id, or to the queue read by :meth:`AsyncChannel.get_event`.  Commands are
+the core's own calls (a ``write()`` each, which never blocks), so thousands of
+ids resolve concurrently from one task and no thread is involved.
 
 ``resolve_addr`` and ``resolve_route`` write their command at once and return
 a future of the outcome event (not a coroutine: a Task per id would cost more
@@ -36,6 +36,8 @@ from .errors import EventError, StateError
 from .events import Event
 
 __all__ = ["AsyncChannel"]
+
+_DRAIN = 256  # events taken per get_events call when the fd is readable
 
 
 class _One:
@@ -70,7 +72,12 @@ class _Many(_One):
         self.left = n
 
     def deliver(self, index: int, ev: Event) -> None:
-        ev.ack()
+        cm_id = ev[2]
+        left = cm_id._unacked  # ev.ack(), inlined: the event is this channel's, for a CmId
+        if left > 0:
+            cm_id._unacked = left - 1
+        else:
+            ev.ack()  # raises, saying why
         self.events[index] = ev
         self.left -= 1
         fut = self.fut
@@ -88,7 +95,9 @@ class AsyncChannel:
     def __init__(self, channel: Optional[EventChannel] = None) -> None:
         self.channel = channel if channel is not None else EventChannel()
         self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._waiters: Dict[int, List[Tuple[_One, int]]] = {}  # uid -> where its next events go
+        #: uid -> where its next event goes: one ``(sink, index)``, or a list of them, in order,
+        #: when several commands of one id are pending (rare: a tuple costs one allocation less)
+        self._waiters: Dict[int, Any] = {}
         self._queue: Deque[Event] = deque()
         self._queue_waiters: Deque[asyncio.Future[Event]] = deque()
 
@@ -102,8 +111,8 @@ class AsyncChannel:
         if self._loop is not None and not self.channel.closed:
             self._loop.remove_reader(self.channel.fileno())
         self._loop = None
-        for pending in self._waiters.values():
-            for sink, _index in pending:
+        for entry in self._waiters.values():
+            for sink, _index in entry if entry.__class__ is list else [entry]:
                 if not sink.fut.done():
                     sink.fut.set_exception(StateError("the event channel was closed"))
         self._waiters.clear()
@@ -118,27 +127,40 @@ class AsyncChannel:
 
     # -- events
     def _on_readable(self) -> None:
-        get = self.channel.get_event
+        drain = self.channel.get_events  # many events under one reader guard
         waiters = self._waiters
+        pop = waiters.pop
         while True:
-            ev = get(0)
-            if ev is None:
-                return
-            cm_id = ev.id
-            pending = waiters.get(cm_id.uid) if cm_id is not None else None
-            if pending:
-                sink, index = pending.pop(0)
-                if not pending:
-                    del waiters[cm_id.uid]
-                sink.deliver(index, ev)
-                continue
-            while self._queue_waiters:
-                w = self._queue_waiters.popleft()
-                if not w.done():
-                    w.set_result(ev)
-                    break
-            else:
-                self._queue.append(ev)
+            events = drain(_DRAIN, 0)
+            for ev in events:
+                cm_id = ev[2]  # ev.id, without the named field's descriptor
+                entry = pop(cm_id.uid, None) if cm_id is not None else None
+                if entry is not None:
+                    if entry.__class__ is list:
+                        sink, index = entry.pop(0)
+                        if entry:
+                            waiters[cm_id.uid] = entry
+                    else:
+                        sink, index = entry
+                    if sink.__class__ is _Many:
+                        # _Many.deliver, inlined for the events that neither fail nor complete it
+                        left = cm_id._unacked
+                        if left > 0 and sink.left > 1 and (ev[0] is sink.want or not sink.raise_on_error):
+                            cm_id._unacked = left - 1  # ev.ack()
+                            sink.events[index] = ev
+                            sink.left -= 1
+                            continue
+                    sink.deliver(index, ev)
+                    continue
+                while self._queue_waiters:
+                    w = self._queue_waiters.popleft()
+                    if not w.done():
+                        w.set_result(ev)
+                        break
+                else:
+                    self._queue.append(ev)
+            if len(events) < _DRAIN:
+                return  # get_events stopped short: nothing more is queued
 
     async def get_event(self) -> Event:
         """The next event not claimed by a pending ``resolve_*`` of this adapter."""
@@ -152,18 +174,26 @@ class AsyncChannel:
 
     def _wait_for(self, uid: int, sink: _One, index: int) -> None:
         """Route the next event of id ``uid`` to ``sink``; registered before the command is written."""
-        pending = self._waiters.get(uid)
-        if pending is None:
-            self._waiters[uid] = [(sink, index)]
+        waiters = self._waiters
+        entry = waiters.get(uid)
+        if entry is None:
+            waiters[uid] = (sink, index)
+        elif entry.__class__ is list:
+            entry.append((sink, index))
         else:
-            pending.append((sink, index))
+            waiters[uid] = [entry, (sink, index)]
 
     def _unwait(self, uid: int, sink: _One) -> None:
-        pending = self._waiters.get(uid)
-        if pending:
-            pending[:] = [p for p in pending if p[0] is not sink]
-            if not pending:
-                del self._waiters[uid]
+        waiters = self._waiters
+        entry = waiters.get(uid)
+        if entry is None:
+            return
+        if entry.__class__ is list:
+            entry[:] = [p for p in entry if p[0] is not sink]
+            if not entry:
+                del waiters[uid]
+        elif entry[0] is sink:
+            del waiters[uid]
 
     def _call(self, cm_id: CmId, call: Callable[[], Any], want: E, command: str, raise_on_error: bool,
               ctx: Dict[str, Any]) -> "asyncio.Future[Event]":
@@ -189,14 +219,22 @@ class AsyncChannel:
         fut: asyncio.Future[List[Event]] = self._loop.create_future()
         sink = _Many(fut, want, command, raise_on_error, ctx, len(ids))
         waiters = self._waiters
+        # the arguments spread once, not per id (``method(cm_id, *args)`` builds a tuple each time)
+        a, b, c = (args + (None, None, None))[:3]
+        n_args = len(args)
         for index, cm_id in enumerate(ids):
-            pending = waiters.get(cm_id.uid)  # self._wait_for(cm_id.uid, sink, index), inlined
-            if pending is None:
-                waiters[cm_id.uid] = [(sink, index)]
+            uid = cm_id.uid
+            if uid in waiters:
+                self._wait_for(uid, sink, index)
             else:
-                pending.append((sink, index))
+                waiters[uid] = (sink, index)  # _wait_for, inlined
             try:
-                method(cm_id, *args)
+                if n_args == 3:
+                    method(cm_id, a, b, c)
+                elif n_args == 1:
+                    method(cm_id, a)
+                else:
+                    method(cm_id, *args)
             except Exception as e:
                 # the ids before this one are under way: their events are still taken (and acked)
                 self._unwait(cm_id.uid, sink)

@@ -9,6 +9,11 @@ so commands are serialised by the channel's command lock (many threads may
 issue them).  Events are read by one reader at a time: ``get_event`` polls
 the non-blocking fd, then writes GET_EVENT; a second concurrent reader is
 refused with :class:`~pyrdmacm.errors.StateError` instead of interleaving.
+``get_events(max)`` takes whatever is queued under one such guard.  The hot
+paths (CREATE_ID, RESOLVE_ADDR, RESOLVE_ROUTE, DESTROY_ID, GET_EVENT and the
+dispatch of its event) are written out inline, because under emulation each
+Python call costs about as much as the system call it wraps: what they do is
+what :meth:`EventChannel.execute`, ``_check`` and ``_dispatch`` do.
 
 Faults have defined outcomes.  ``close()`` from another thread wakes a reader
 blocked in ``get_event`` (through an eventfd polled beside the device: closing
@@ -53,10 +58,10 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from . import abi
 from ._codec import CODECS
-from ._device import KernelDevice, ReplyBuffer
+from ._device import KernelDevice, ReplyBuffer, device_write as _device_write
 from .addr import AF_IB, Address, parse_address, unpack_sockaddr
 from .errors import EventError, KernelError, StateError, UsageError
-from .events import EVENT_RESP_SIZE, Event, decode_event_head
+from .events import _EVENT_TYPES, _UNPACK_EVENT, EVENT_RESP_SIZE, Event, decode_event_head
 
 __all__ = [
     "EventChannel",
@@ -94,6 +99,8 @@ _CONNECT = CODECS["rdma_ucm_connect"].pack
 _DISCONNECT = CODECS["rdma_ucm_disconnect"].pack
 _U32 = struct.Struct("<I")
 _new_event = tuple.__new__
+_get_ident = threading.get_ident
+_NO_ECE = (0, 0)  # the ece of nearly every event, shared: one allocation less per event
 
 QUERY_PATH_MAX = 6  # librdmacm's buffer: 8 + 6 * 72 = 440 bytes
 _PATH_SIZE = CODECS["ib_path_rec_data"].size
@@ -113,6 +120,35 @@ H_GET_EVENT = _hdr(C.GET_EVENT, "rdma_ucm_get_event", "rdma_ucm_event_resp")
 H_LISTEN = _hdr(C.LISTEN, "rdma_ucm_listen")
 H_CONNECT = _hdr(C.CONNECT, "rdma_ucm_connect")
 H_DISCONNECT = _hdr(C.DISCONNECT, "rdma_ucm_disconnect")
+
+
+def _with_header(header: bytes, body: str) -> "struct.Struct":
+    """The command's header (as one ``Ns`` field) and its body in one format: one pack, no
+    concatenation.  Derived from the body's codec, so the layout is still declared once."""
+    codec = CODECS[body]
+    assert not codec._be, "a body with big-endian fields needs Codec.pack"
+    return struct.Struct("<%ds%s" % (len(header), codec.format[1:]))
+
+
+_CREATE_CMD = _with_header(H_CREATE, "rdma_ucm_create_id").pack
+_DESTROY_CMD = _with_header(H_DESTROY, "rdma_ucm_destroy_id").pack
+_RESOLVE_ROUTE_CMD = _with_header(H_RESOLVE_ROUTE, "rdma_ucm_resolve_route").pack
+_N_CREATE = len(H_CREATE) + CODECS["rdma_ucm_create_id"].size
+_N_DESTROY = len(H_DESTROY) + CODECS["rdma_ucm_destroy_id"].size
+_N_RESOLVE_ADDR = len(H_RESOLVE_ADDR) + CODECS["rdma_ucm_resolve_addr"].size
+_N_RESOLVE_ROUTE = len(H_RESOLVE_ROUTE) + CODECS["rdma_ucm_resolve_route"].size
+
+
+def _resolve_addr_head() -> "struct.Struct":
+    """RESOLVE_ADDR's header and its first two fields (id, timeout_ms): the rest of the
+    command depends on the addresses only, and is packed once per destination."""
+    codec = CODECS["rdma_ucm_resolve_addr"]
+    assert codec.names[:2] == ("id", "timeout_ms") and not codec._be
+    return struct.Struct("<%ds%s" % (len(H_RESOLVE_ADDR), codec.format[1:3]))
+
+
+_RESOLVE_ADDR_HEAD = _resolve_addr_head().pack
+_RESOLVE_ADDR_HEAD_SIZE = struct.calcsize("<" + CODECS["rdma_ucm_resolve_addr"].format[1:3])
 
 _ADDR_RESP = CODECS["rdma_ucm_query_addr_resp"]
 _ROUTE_RESP = CODECS["rdma_ucm_query_route_resp"]
@@ -177,6 +213,16 @@ TRANSITIONS: Dict[Tuple[State, Any], State] = {
     (S.IDLE, "listen"): S.LISTEN,
     (S.ADDR_BOUND, "listen"): S.LISTEN,
 }
+
+
+def _after(call: str) -> Dict[State, State]:
+    """The states ``call`` is legal in, and where it leads: TRANSITIONS' rows of one call."""
+    return {st: new for (st, what), new in TRANSITIONS.items() if what == call}
+
+
+# the hot calls look their row up by state alone (no key tuple to build)
+_AFTER_RESOLVE_ADDR = _after("resolve_addr")
+_AFTER_RESOLVE_ROUTE = _after("resolve_route")
 
 #: What to tell the user when a call is illegal in a state.
 _WHY = {
@@ -347,15 +393,27 @@ class EventChannel:
         # command); close() puts the guarded write back before closing the fd
         writer = getattr(self._t, "writer", None)
         self._write = writer() if writer is not None else self._t.write
+        # the hot paths write with device_write(_fd, ...) when the device allows it (_fd >= 0):
+        # cheaper again than calling the bound writer; close() sets it to -1 first
+        direct = getattr(self._t, "direct_fd", None)
+        self._fd: int = direct() if direct is not None else -1
         self._ids: Dict[int, CmId] = {}
         self._next_uid = 1
         self._cmd_lock = threading.Lock()
         self._reader_lock = _TryLock()
+        self._reader_slot = self._reader_lock.slot
+        #: the thread id of a reader waiting in get_event (a reader that does not wait holds
+        #: the guard for one GET_EVENT, and is not named)
         self._reader: Optional[int] = None
         #: what close() signals so that a thread blocked in get_event wakes up (closing
         #: an fd does not wake a poll() on it): an eventfd, or a pipe (read, write) before 3.10
         self._wake, self._wake_w = _wake_fds()
         self._pid = os.getpid()
+        #: the opening process's id while the channel is open, 0 once closed: the hot paths
+        #: check "open, and not a forked child" with one comparison (``_live != _PID``)
+        self._live = self._pid
+        #: as _live, and 0 on a sync id's channel too: get_event's fast path, in one comparison
+        self._fast = self._pid
         self._wait_first = False  # set for the private channel of a sync id
         self.closed = False
         self._r_create = ReplyBuffer(CODECS["rdma_ucm_create_id_resp"].size)
@@ -367,8 +425,11 @@ class EventChannel:
         self._destroy_replies: List[ReplyBuffer] = [self._r_destroy]
         self._r_query = ReplyBuffer(max(_ADDR_RESP.size, _ROUTE_RESP.size, _QUERY_PATH_REPLY))
         self._r_event = ReplyBuffer(EVENT_RESP_SIZE)
+        self._event_view = self._r_event.view
         self._b_get_event = H_GET_EVENT + _GET_EVENT(self._r_event.address)
-        self._packed_dst: Tuple[Optional[Address], int, bytes] = (None, 0, b"")  # see CmId.resolve_addr
+        #: (what the caller passed as dst, its Address, the command's bytes after id and
+        #: timeout_ms): many ids resolving one destination parse and pack it once
+        self._packed_dst: Tuple[Any, Any, bytes] = (_NOTHING, None, b"")
         if legacy is None:
             legacy = getattr(self._t, "legacy", None)
             if legacy is None:
@@ -385,11 +446,13 @@ class EventChannel:
         if self.closed:
             return
         self.closed = True
+        self._live = self._fast = 0
         for cm_id in list(self._ids.values()):
             cm_id._state = State.DESTROYED
         self._ids.clear()
         if self._wake_w >= 0:
             os.write(self._wake_w, _ONE)  # wake a waiting reader: it raises "closed"
+        self._fd = -1
         self._write = self._t.write  # guarded: raises once the fd is closed
         self._t.close()
         if self._reader_lock.acquire(blocking=False):
@@ -468,47 +531,157 @@ class EventChannel:
         ``timeout=None`` waits for ever, ``0`` only polls.  EINTR is retried
         with the time left.  Only one thread may wait at a time.
         """
-        if self.closed or self._pid != _PID:
-            self._check()
-        slot = self._reader_lock.slot  # _reader_lock.acquire(blocking=False), inlined
+        if self._fast != _PID:  # closed, a forked child, or a sync id's channel
+            if self._live != _PID:
+                self._check()
+            return self._guarded(timeout)
+        slot = self._reader_slot  # _reader_lock.acquire(blocking=False), inlined
         try:
             slot.pop()
         except IndexError:
-            raise StateError(
-                "another thread is already reading events from this channel (thread %s); "
-                "read events from one thread and hand them out" % self._reader
-            ) from None
+            raise self._busy() from None
         try:
-            self._reader = threading.get_ident()
-            if not self._wait_first:
-                # the common case, an event already queued: one GET_EVENT, no loop set-up
+            # the common case, an event already queued: one GET_EVENT, decoded and
+            # dispatched right here (what _dispatch does, without its calls)
+            try:
+                fd = self._fd
+                n = _device_write(fd, self._b_get_event) if fd >= 0 else self._write(self._b_get_event)
+            except BlockingIOError:
+                if timeout == 0:
+                    return None  # only polling: nothing queued
+                n = -1  # the loop below starts by waiting
+            except (OSError, UsageError):
+                n = 0  # the loop below reports it
+            if n > 0:
+                uid, handle, ev, status, raw, _r, vid, mod = _UNPACK_EVENT(self._event_view)
                 try:
-                    n = self._write(self._b_get_event)
-                except BlockingIOError:
-                    if timeout == 0:
-                        return None  # only polling: nothing queued
-                    n = 0
-                except (OSError, UsageError):
-                    n = 0  # the loop below reports it
-                if n > 0:
-                    ev = self._dispatch(self._r_event.view)
-                    if ev is not None:
-                        return ev
-            return self._get_event(timeout)
+                    cm_id = self._ids[uid]
+                    ev = _EVENT_TYPES[ev]
+                except KeyError:  # an id destroyed meanwhile, an event type we do not know
+                    cm_id = None
+                if cm_id is not None and ev is not _CONNECT_REQUEST:
+                    if status > 0x7FFFFFFF:
+                        status -= 0x100000000
+                    try:
+                        cm_id._state = TRANSITIONS[(cm_id._state, ev)]
+                    except KeyError:
+                        pass
+                    cm_id._cache = None
+                    cm_id._unacked += 1
+                    ece = (vid, mod) if vid or mod else _NO_ECE
+                    return _new_event(Event, (ev, status, cm_id, handle, raw, ece, None))
+                event = self._dispatch(self._event_view)
+                if event is not None:
+                    return event
+            return self._get_event(timeout, n < 0)
         finally:
-            self._reader = None
             if self.closed:
                 self._close_wake()
             slot.append(True)
 
-    def _get_event(self, timeout: Optional[float]) -> Optional[Event]:
+    def _guarded(self, timeout: Optional[float]) -> Optional[Event]:
+        """get_event without its fast path, under the reader guard."""
+        slot = self._reader_slot
+        try:
+            slot.pop()
+        except IndexError:
+            raise self._busy() from None
+        try:
+            return self._get_event(timeout)
+        finally:
+            if self.closed:
+                self._close_wake()
+            slot.append(True)
+
+    def get_events(self, max_events: int = 64, timeout: Optional[float] = 0) -> List[Event]:
+        """Up to ``max_events`` events under one reader guard: waits for the first as
+        ``get_event(timeout)`` does (an empty list if none came), then takes only what is
+        already queued.  A cheaper way than a ``get_event`` call per event to drain a channel.
+        """
+        if self._live != _PID:
+            self._check()
+        if max_events.__class__ is not int or max_events < 1:
+            raise UsageError("max_events must be an int >= 1, got %r" % (max_events,))
+        slot = self._reader_slot
+        try:
+            slot.pop()
+        except IndexError:
+            raise self._busy() from None
+        out: List[Event] = []
+        try:
+            if self._wait_first:  # a sync id's channel: wait first (see _wait_event)
+                first = self._get_event(timeout)
+                if first is None:
+                    return out
+                out.append(first)
+            write, data, view, ids, fd = self._write, self._b_get_event, self._event_view, self._ids, self._fd
+            while len(out) < max_events:
+                try:
+                    if (_device_write(fd, data) if fd >= 0 else write(data)) <= 0:
+                        raise BlockingIOError
+                except (OSError, UsageError) as e:
+                    if out:
+                        break  # drained (a fault shows at the next call)
+                    if timeout == 0 and isinstance(e, BlockingIOError):
+                        break  # only polling: nothing queued
+                    # wait for the first event (or report the fault)
+                    first = self._get_event(timeout, isinstance(e, BlockingIOError))
+                    if first is None:
+                        break
+                    out.append(first)
+                    continue
+                # get_event's fast path again, written out: a call per event would cost more
+                # than the decoding itself (see the module docstring)
+                uid, handle, ev, status, raw, _r, vid, mod = _UNPACK_EVENT(view)
+                try:
+                    cm_id = ids[uid]
+                    ev = _EVENT_TYPES[ev]
+                except KeyError:
+                    cm_id = None
+                if cm_id is not None and ev is not _CONNECT_REQUEST:
+                    if status > 0x7FFFFFFF:
+                        status -= 0x100000000
+                    try:
+                        cm_id._state = TRANSITIONS[(cm_id._state, ev)]
+                    except KeyError:
+                        pass
+                    cm_id._cache = None
+                    cm_id._unacked += 1
+                    ece = (vid, mod) if vid or mod else _NO_ECE
+                    out.append(_new_event(Event, (ev, status, cm_id, handle, raw, ece, None)))
+                    continue
+                event = self._dispatch(view)
+                if event is not None:
+                    out.append(event)
+            return out
+        finally:
+            if self.closed:
+                self._close_wake()
+            slot.append(True)
+
+    def _busy(self) -> StateError:
+        reader = self._reader
+        return StateError(
+            "another thread is already reading events from this channel%s; "
+            "read events from one thread and hand them out" % (" (thread %s)" % reader if reader else "")
+        )
+
+    def _get_event(self, timeout: Optional[float], drained: bool = False) -> Optional[Event]:
+        self._reader = _get_ident()  # named in the refusal of a second reader
+        try:
+            return self._wait_event(timeout, drained)
+        finally:
+            self._reader = None
+
+    def _wait_event(self, timeout: Optional[float], drained: bool = False) -> Optional[Event]:
+        """Read, and wait while nothing is queued; ``drained``: a GET_EVENT just said EAGAIN."""
         deadline = None if timeout is None else time.monotonic() + timeout
         data = self._b_get_event
         buf = self._r_event
         # A sync id's private channel reads right after its own command, when the event is
         # almost never there yet: wait first, as librdmacm's blocking read does, instead of
         # spending a GET_EVENT that can only say EAGAIN.
-        skip_read = self._wait_first and timeout != 0
+        skip_read = (self._wait_first or drained) and timeout != 0
         while True:
             try:
                 if skip_read:
@@ -572,7 +745,7 @@ class EventChannel:
             new = TRANSITIONS.get((cm_id._state, ev))
             if new is not None:
                 cm_id._state = new
-            cm_id._gen += 1
+            cm_id._cache = None
         event = _new_event(Event, (ev, status, cm_id, handle, raw, ece, listen_id))  # Event(...) minus a frame
         cm_id._unacked += 1
         return event
@@ -595,6 +768,7 @@ class EventChannel:
         return uid
 
 
+_NOTHING = object()
 _ONE = (1).to_bytes(8, "little")  # an eventfd takes a u64 (host order; any non-zero will do)
 
 
@@ -641,6 +815,7 @@ def _qp_type_for(ps: abi.PortSpace, qp_type: Optional[int]) -> abi.QpType:
     return abi.QpType.RC if ps is abi.PortSpace.TCP else abi.QpType.UD
 
 
+_PortSpace = abi.PortSpace
 _PS_TCP = abi.PortSpace.TCP
 _QP_RC = abi.QpType.RC
 _CONNECT_REQUEST = E.CONNECT_REQUEST
@@ -659,20 +834,19 @@ class CmId:
         "channel",
         "handle",
         "uid",
-        "ps",
-        "qp_type",
-        "sync",
+        "_ps",
+        "_qp_type",
+        "_sync",
         "_state",
-        "_gen",
-        "_info",
-        "_info_gen",
-        "_gid",
-        "_gid_gen",
+        "_cache",
         "_dst",
         "_unacked",
-        "context",
+        "_context",
         "__weakref__",
     )
+
+    _cache: Optional[List[Any]]
+    _dst: Optional[Address]
 
     def __init__(
         self,
@@ -682,32 +856,36 @@ class CmId:
         qp_type: Optional[int] = None,
         context: Any = None,
     ) -> None:
-        if ps.__class__ is not abi.PortSpace:
-            try:
-                ps = abi.PortSpace(ps)
-            except ValueError:
-                raise UsageError(
-                    "unknown port space %r: use PortSpace.TCP, UDP, IPOIB or IB" % (ps,)
-                ) from None
-        self.sync = channel is None
+        # Only what every id needs is set here.  What most ids share is not stored: ``ps``,
+        # ``qp_type``, ``sync`` and ``context`` read as TCP, RC, False and None unless set;
+        # ``_cache`` (the query answers, see query_addr) and ``_dst`` are set on first use.
+        if ps is not _PS_TCP:
+            if ps.__class__ is not _PortSpace:
+                try:
+                    ps = _PortSpace(ps)
+                except ValueError:
+                    raise UsageError(
+                        "unknown port space %r: use PortSpace.TCP, UDP, IPOIB or IB" % (ps,)
+                    ) from None
         if channel is None:
+            self._sync = True
             channel = EventChannel()
             channel._wait_first = True
-        elif not isinstance(channel, EventChannel):
+            channel._fast = 0
+        elif channel.__class__ is not EventChannel and not isinstance(channel, EventChannel):
             raise UsageError("channel must be an EventChannel or None, got %r" % (channel,))
-        if channel.closed or channel._pid != _PID:
+        if channel._live != _PID:
             channel._check()
         self.channel = channel
-        self.ps = ps
-        self.qp_type = _QP_RC if qp_type is None and ps is _PS_TCP else _qp_type_for(ps, qp_type)
-        self.context = context
+        if qp_type is None and ps is _PS_TCP:
+            qp = _QP_RC
+        else:
+            qp = _qp_type_for(ps, qp_type)
+            self._ps = ps
+            self._qp_type = qp
+        if context is not None:
+            self._context = context
         self._state = _IDLE
-        self._gen = 0
-        self._info: Optional[AddrInfo] = None
-        self._info_gen = -1
-        self._gid: Optional[Tuple[Any, Any]] = None
-        self._gid_gen = -1
-        self._dst: Optional[Address] = None
         self._unacked = 0
         pool = channel._create_replies
         try:
@@ -716,15 +894,16 @@ class CmId:
             reply = ReplyBuffer(_CREATE_REPLY_SIZE)
         uid = self.uid = channel._next_uid  # channel._new_uid(), inlined
         channel._next_uid = uid + 1
-        data = H_CREATE + _CREATE(uid, reply.address, ps, self.qp_type, b"")
+        data = _CREATE_CMD(H_CREATE, uid, reply.address, ps, qp, b"")
         try:
-            n = channel._write(data)
+            fd = channel._fd
+            n = _device_write(fd, data) if fd >= 0 else channel._write(data)
         except OSError as e:
             pool.append(reply)
             raise channel._refused(e, "CREATE_ID", {}) from None
-        if n != len(data):
+        if n != _N_CREATE:
             raise channel._short(n, data, "CREATE_ID")
-        self.handle = _U32.unpack_from(reply.view)[0]
+        self.handle = reply.u32[0]
         pool.append(reply)
         channel._ids[uid] = self
 
@@ -732,12 +911,49 @@ class CmId:
     def _adopt(cls, channel: EventChannel, handle: int, listener: "CmId") -> "CmId":
         """An id the kernel created for an incoming connection request."""
         obj = cls.__new__(cls)
-        obj.channel, obj.handle, obj.ps, obj.qp_type = channel, handle, listener.ps, listener.qp_type
-        obj.sync, obj.context = False, listener.context
-        obj._state, obj._gen, obj._info, obj._info_gen = State.CONNECT, 0, None, -1
-        obj._gid, obj._gid_gen, obj._dst, obj._unacked = None, -1, None, 0
+        obj.channel, obj.handle, obj._ps, obj._qp_type = channel, handle, listener.ps, listener.qp_type
+        if listener.context is not None:
+            obj._context = listener.context
+        obj._state, obj._unacked = State.CONNECT, 0
         obj.uid = listener.uid  # the kernel reports the listener's uid for the new id
         return obj
+
+    # -- what most ids share, stored only where it differs
+    @property
+    def ps(self) -> abi.PortSpace:
+        """The port space given to the constructor (``PortSpace.TCP`` by default)."""
+        try:
+            return self._ps
+        except AttributeError:
+            return _PS_TCP
+
+    @property
+    def qp_type(self) -> abi.QpType:
+        """The QP type: RC for TCP, UD for UDP and IPOIB, the one given for IB."""
+        try:
+            return self._qp_type
+        except AttributeError:
+            return _QP_RC
+
+    @property
+    def sync(self) -> bool:
+        """True for an id made with ``CmId(None)``: a private channel, and blocking calls."""
+        try:
+            return self._sync
+        except AttributeError:
+            return False
+
+    @property
+    def context(self) -> Any:
+        """Anything the caller wants to keep with the id (``rdma_cm_id.context``)."""
+        try:
+            return self._context
+        except AttributeError:
+            return None
+
+    @context.setter
+    def context(self, value: Any) -> None:
+        self._context = value
 
     # -- state
     @property
@@ -771,7 +987,7 @@ class CmId:
             data = H_BIND + _BIND(self.handle, a.size, 0, a.pack_storage())
         ch.execute(data, "BIND" if not ch.legacy else "BIND_IP", src=a)
         self._state = new
-        self._gen += 1
+        self._cache = None
 
     def resolve_addr(
         self,
@@ -788,8 +1004,47 @@ class CmId:
         :class:`KernelError`.  On an id that is already bound the kernel
         ignores ``src``; a different ``src`` is warned about.
         """
-        d = parse_address(dst)
-        s = parse_address(src) if src is not None else None
+        ch = self.channel
+        cached = ch._packed_dst
+        new: Optional[State]
+        if (
+            dst is cached[0]
+            and src is None
+            and timeout_ms.__class__ is int
+            and 0 <= timeout_ms <= 0xFFFFFFFF
+            and ch._live == _PID
+        ):
+            # The common case, many ids resolving one destination: the one this channel
+            # parsed and packed last (immutable, so still valid; never on a legacy kernel).
+            # The general path below does the same, with every check spelled out.
+            try:
+                new = _AFTER_RESOLVE_ADDR[self._state]
+            except KeyError:
+                pass
+            else:
+                data = _RESOLVE_ADDR_HEAD(H_RESOLVE_ADDR, self.handle, timeout_ms) + cached[2]
+                try:
+                    fd = ch._fd
+                    n = _device_write(fd, data) if fd >= 0 else ch._write(data)
+                except OSError as e:
+                    raise ch._refused(e, "RESOLVE_ADDR", {"src": None, "dst": cached[1]}) from None
+                if n != _N_RESOLVE_ADDR:
+                    raise ch._short(n, data, "RESOLVE_ADDR")
+                self._state = new
+                self._dst = cached[1]
+                self._cache = None
+                if ch._wait_first and self.sync:  # a sync id's channel is its own
+                    return self._complete(E.ADDR_RESOLVED, "RESOLVE_ADDR", src=None, dst=cached[1])
+                return None
+        packed: Optional[Tuple[Any, Any, bytes]] = cached
+        d: Address
+        if dst is cached[0] and src is None:
+            d = cached[1]
+            s = None
+        else:
+            d = parse_address(dst)
+            s = parse_address(src) if src is not None else None
+            packed = None
         if (
             timeout_ms.__class__ is not int and (not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool))
         ) or not 0 <= timeout_ms <= 0xFFFFFFFF:
@@ -798,9 +1053,13 @@ class CmId:
             raise UsageError(
                 "source %s and destination %s are of different families: the kernel requires one family" % (s, d)
             )
-        new = TRANSITIONS.get((self._state, "resolve_addr"))  # the legal case without a call
-        if new is None or self.channel.closed:
-            new = self._transition("resolve_addr")  # raises, saying why
+        try:
+            new = _AFTER_RESOLVE_ADDR[self._state]  # the legal case, looked up without a call
+        except KeyError:
+            new = None
+        if new is None or ch._live != _PID:
+            new = self._transition("resolve_addr")  # raises, saying why (closed, illegal)
+            ch._check()  # raises in a forked child
         if s is not None and self._state is _ADDR_BOUND:
             bound = self._bound_src()
             if bound is None or bound != s:
@@ -810,39 +1069,34 @@ class CmId:
                     ),
                     stacklevel=2,
                 )
-        ch = self.channel
-        if ch.closed or ch._pid != _PID:
-            ch._check()
         if ch.legacy:
             data = H_RESOLVE_IP + _RESOLVE_IP(
                 s.pack_in6() if s is not None else bytes(28), d.pack_in6(), self.handle, timeout_ms
             )
+            size = len(data)
         elif s is None:
-            # many ids resolving one destination: its sockaddr is packed once per channel
-            packed = ch._packed_dst
-            if packed[0] is not d:
-                packed = ch._packed_dst = (d, d.size, d.pack_storage())
-            data = H_RESOLVE_ADDR + _RESOLVE_ADDR(self.handle, timeout_ms, 0, packed[1], 0, b"", packed[2])
+            # many ids resolving one destination: its part of the command is packed once per channel
+            if packed is None:
+                tail = _RESOLVE_ADDR(0, 0, 0, d.size, 0, b"", d.pack_storage())[_RESOLVE_ADDR_HEAD_SIZE:]
+                packed = ch._packed_dst = (dst, d, tail)
+            data = _RESOLVE_ADDR_HEAD(H_RESOLVE_ADDR, self.handle, timeout_ms) + packed[2]
+            size = _N_RESOLVE_ADDR
         else:
             data = H_RESOLVE_ADDR + _RESOLVE_ADDR(
-                self.handle,
-                timeout_ms,
-                s.size if s is not None else 0,
-                d.size,
-                0,
-                s.pack_storage() if s is not None else b"",
-                d.pack_storage(),
+                self.handle, timeout_ms, s.size, d.size, 0, s.pack_storage(), d.pack_storage()
             )
+            size = _N_RESOLVE_ADDR
         try:
-            n = ch._write(data)
+            fd = ch._fd
+            n = _device_write(fd, data) if fd >= 0 else ch._write(data)
         except OSError as e:
             raise ch._refused(e, "RESOLVE_ADDR" if not ch.legacy else "RESOLVE_IP", {"src": s, "dst": d}) from None
-        if n != len(data):
+        if n != size:
             raise ch._short(n, data, "RESOLVE_ADDR")
         self._state = new
         self._dst = d
-        self._gen += 1
-        if self.sync:
+        self._cache = None
+        if ch._wait_first and self.sync:  # a sync id's channel is its own
             return self._complete(E.ADDR_RESOLVED, "RESOLVE_ADDR", src=s, dst=d)
         return None
 
@@ -856,23 +1110,26 @@ class CmId:
             timeout_ms.__class__ is not int and (not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool))
         ) or not 0 < timeout_ms <= 0xFFFFFFFF:
             raise UsageError("timeout_ms must be an int in 1..4294967295 (milliseconds), got %r" % (timeout_ms,))
-        new = TRANSITIONS.get((self._state, "resolve_route"))  # the legal case without a call
-        if new is None or self.channel.closed:
-            new = self._transition("resolve_route")  # raises, saying why
         ch = self.channel
-        if ch.closed or ch._pid != _PID:
-            ch._check()
-        data = H_RESOLVE_ROUTE + _RESOLVE_ROUTE(self.handle, timeout_ms)
         try:
-            n = ch._write(data)
+            new = _AFTER_RESOLVE_ROUTE[self._state]  # the legal case, looked up without a call
+        except KeyError:
+            new = None
+        if new is None or ch._live != _PID:
+            new = self._transition("resolve_route")  # raises, saying why (closed, illegal)
+            ch._check()  # raises in a forked child
+        data = _RESOLVE_ROUTE_CMD(H_RESOLVE_ROUTE, self.handle, timeout_ms)
+        try:
+            fd = ch._fd
+            n = _device_write(fd, data) if fd >= 0 else ch._write(data)
         except OSError as e:
-            raise ch._refused(e, "RESOLVE_ROUTE", {"dst": self._dst}) from None
-        if n != len(data):
+            raise ch._refused(e, "RESOLVE_ROUTE", {"dst": self._peer()}) from None
+        if n != _N_RESOLVE_ROUTE:
             raise ch._short(n, data, "RESOLVE_ROUTE")
         self._state = new
-        self._gen += 1
-        if self.sync:
-            return self._complete(E.ROUTE_RESOLVED, "RESOLVE_ROUTE", dst=self._dst)
+        self._cache = None
+        if ch._wait_first and self.sync:  # a sync id's channel is its own
+            return self._complete(E.ROUTE_RESOLVED, "RESOLVE_ROUTE", dst=self._peer())
         return None
 
     def listen(self, backlog: int = 0) -> None:
@@ -883,7 +1140,7 @@ class CmId:
         self.channel._check()
         self.channel.execute(H_LISTEN + _LISTEN(self.handle, backlog), "LISTEN")
         self._state = new
-        self._gen += 1
+        self._cache = None
 
     def connect(
         self,
@@ -939,11 +1196,11 @@ class CmId:
             ece[0],
             ece[1],
         )
-        ch.execute(data, "CONNECT", dst=self._dst)
+        ch.execute(data, "CONNECT", dst=self._peer())
         self._state = new
-        self._gen += 1
-        if self.sync:
-            return self._complete(E.ESTABLISHED, "CONNECT", dst=self._dst)
+        self._cache = None
+        if ch._wait_first and self.sync:  # a sync id's channel is its own
+            return self._complete(E.ESTABLISHED, "CONNECT", dst=self._peer())
         return None
 
     def disconnect(self) -> None:
@@ -960,29 +1217,35 @@ class CmId:
         if self._state is _DESTROYED:
             raise StateError("destroy: id uid %d is already destroyed" % self.uid)
         ch = self.channel
-        if ch.closed:
-            self._state = _DESTROYED
-            raise StateError("destroy: the id's event channel is closed (the kernel destroyed its ids then)")
-        if ch._pid != _PID:
+        if ch._live != _PID:
+            if ch.closed:
+                self._state = _DESTROYED
+                raise StateError("destroy: the id's event channel is closed (the kernel destroyed its ids then)")
             ch._check()
         pool = ch._destroy_replies
         try:
             reply = pool.pop()
         except IndexError:  # another thread has it
             reply = ReplyBuffer(_DESTROY_REPLY_SIZE)
-        data = H_DESTROY + _DESTROY(reply.address, self.handle, 0)
+        data = _DESTROY_CMD(H_DESTROY, reply.address, self.handle, 0)
         try:
-            n = ch._write(data)
+            fd = ch._fd
+            n = _device_write(fd, data) if fd >= 0 else ch._write(data)
         except OSError as e:
             pool.append(reply)
             raise ch._refused(e, "DESTROY_ID", {}) from None
-        if n != len(data):
+        if n != _N_DESTROY:
             raise ch._short(n, data, "DESTROY_ID")
-        reported = int(_U32.unpack_from(reply.view)[0])
+        reported: int = reply.u32[0]
         pool.append(reply)
         self._state = _DESTROYED
-        if ch._ids.get(self.uid) is self:
-            del ch._ids[self.uid]
+        ids = ch._ids
+        uid = self.uid
+        try:
+            if ids[uid] is self:  # an adopted id shares its listener's uid
+                del ids[uid]
+        except KeyError:
+            pass
         if self._unacked:
             warnings.warn(
                 UnackedEventsWarning(
@@ -991,7 +1254,7 @@ class CmId:
                 ),
                 stacklevel=2,
             )
-        if self.sync:
+        if ch._wait_first and self.sync:  # a sync id's channel is its own
             ch.close()
         return reported
 
@@ -1003,9 +1266,29 @@ class CmId:
             self.destroy()
 
     def _ack(self, event: Event) -> None:
+        # Event.ack counts down _unacked itself (one call less per event); kept for callers
+        # that ack through the id
         if self._unacked <= 0:
             raise StateError("ack: every event of id uid %d was already acked" % self.uid)
         self._unacked -= 1
+
+    def _peer(self) -> Optional[Address]:
+        """The destination given to resolve_addr (None before it)."""
+        try:
+            return self._dst
+        except AttributeError:
+            return None
+
+    def _answers(self) -> List[Any]:
+        """The cached query answers ``[addr info, gids]``, until the next state change or
+        event (which drop the list: ``_cache = None``); made on first use."""
+        try:
+            cache = self._cache
+        except AttributeError:
+            cache = None
+        if cache is None:
+            cache = self._cache = [None, None]
+        return cache
 
     def _complete(self, want: E, command: str, **ctx: Any) -> Event:
         """Sync mode: wait for this id's outcome event; raise on a failure event."""
@@ -1037,8 +1320,9 @@ class CmId:
     def query_addr(self) -> AddrInfo:
         """QUERY ADDR (QUERY_ROUTE on old kernels): source, destination, device, port, pkey."""
         self._alive("query_addr")
-        if self._info is not None and self._info_gen == self._gen:
-            return self._info
+        cache = self._answers()
+        if cache[0] is not None:
+            return cache[0]  # type: ignore[no-any-return]
         ch = self.channel
         ch._check()
         buf = ch._r_query
@@ -1056,7 +1340,7 @@ class CmId:
                 buf.clear()
                 buf.fill(b"\0" * (_ADDR_RESP.size - 8) + b"\xff\xff\xff\xff")  # ibdev_index = -1 on old kernels
                 ch.execute(
-                    H_QUERY_ADDR + _QUERY(buf.address, self.handle, abi.QueryOption.ADDR), "QUERY", dst=self._dst
+                    H_QUERY_ADDR + _QUERY(buf.address, self.handle, abi.QueryOption.ADDR), "QUERY", dst=self._peer()
                 )
                 guid, port, _r, pkey, src_size, dst_size, s_raw, d_raw, index, _r1 = _ADDR_RESP.unpack_from(buf.view)
                 src = unpack_sockaddr(s_raw) if src_size else None
@@ -1065,23 +1349,24 @@ class CmId:
         if guid or (index != _NO_INDEX and port):
             device = _device_ref(ch._t, None if index == _NO_INDEX else index, guid)
         info = AddrInfo(src, dst, device, port, pkey)
-        self._info, self._info_gen = info, self._gen
+        cache[0] = info  # into the list taken before asking: an event meanwhile dropped it
         return info
 
     def query_gid(self) -> Tuple[Optional[Address], Optional[Address]]:
         """QUERY GID: source and destination as AF_IB addresses (the GIDs, pkey, service id)."""
         self._alive("query_gid")
-        if self._gid is not None and self._gid_gen == self._gen:
-            return self._gid
+        cache = self._answers()
+        if cache[1] is not None:
+            return cache[1]  # type: ignore[no-any-return]
         ch = self.channel
         ch._check()
         buf = ch._r_query
         with ch._cmd_lock:
             buf.clear()
-            ch.execute(H_QUERY_ADDR + _QUERY(buf.address, self.handle, abi.QueryOption.GID), "QUERY", dst=self._dst)
+            ch.execute(H_QUERY_ADDR + _QUERY(buf.address, self.handle, abi.QueryOption.GID), "QUERY", dst=self._peer())
             _g, _p, _r, _pk, src_size, dst_size, s_raw, d_raw, _i, _r1 = _ADDR_RESP.unpack_from(buf.view)
         res = (unpack_sockaddr(s_raw) if src_size else None, unpack_sockaddr(d_raw) if dst_size else None)
-        self._gid, self._gid_gen = res, self._gen
+        cache[1] = res
         return res
 
     def query_path(self) -> List[PathRecord]:
@@ -1092,7 +1377,7 @@ class CmId:
         buf = ch._r_query
         with ch._cmd_lock:
             buf.clear()
-            ch.execute(H_QUERY_PATH + _QUERY(buf.address, self.handle, abi.QueryOption.PATH), "QUERY", dst=self._dst)
+            ch.execute(H_QUERY_PATH + _QUERY(buf.address, self.handle, abi.QueryOption.PATH), "QUERY", dst=self._peer())
             raw = buf.bytes(_QUERY_PATH_REPLY)
         num = min(_U32.unpack_from(raw)[0], QUERY_PATH_MAX)
         out = []
@@ -1110,7 +1395,7 @@ class CmId:
     def get_peer_addr(self) -> Optional[Address]:
         """``rdma_get_peer_addr``: the destination address (and port)."""
         info = self.query_addr()
-        return info.dst if info.dst is not None else self._dst
+        return info.dst if info.dst is not None else self._peer()
 
     def get_src_port(self) -> int:
         """``rdma_get_src_port``, as a host-order number (librdmacm returns it in network order)."""

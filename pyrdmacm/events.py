@@ -125,9 +125,17 @@ class Event(NamedTuple):
 
     def ack(self) -> None:
         """Acknowledge the event (optional: pyrdmacm never blocks on unacked events)."""
-        ack = getattr(self.id, "_ack", None)
-        if ack is not None:
-            ack(self)
+        cm_id = self[2]
+        try:
+            left = cm_id._unacked  # CmId._ack, inlined: a call less per event
+        except AttributeError:  # no CmId (an event made by hand): another kind of id may still count
+            ack = getattr(cm_id, "_ack", None)
+            if ack is not None:
+                ack(self)
+            return
+        if left <= 0:
+            cm_id._ack(self)  # raises, saying why
+        cm_id._unacked = left - 1
 
     def __enter__(self) -> "Event":
         return self
@@ -169,6 +177,9 @@ def decode_ud(raw: bytes) -> UdParam:
 
 
 _TYPES = {int(t): t for t in abi.CmEventType}
+#: for the channel's fast path: the event type by number, and the reply's fields unpacked
+_EVENT_TYPES = _TYPES
+_UNPACK_EVENT = _EVENT.unpack_from
 
 
 def decode_event_head(buf: Any) -> Tuple[int, int, Union[abi.CmEventType, int], int, bytes, Tuple[int, int]]:

@@ -36,6 +36,16 @@ from typing import Any, Dict, List, Optional, Sequence
 EXIT_OK, EXIT_EVENT, EXIT_KERNEL, EXIT_USAGE, EXIT_NODEV = 0, 1, 2, 3, 4
 
 
+def _ip_text(v: Any) -> str:
+    """An address as ``ip`` and librdmacm users read it: RoCE v2 GIDs of IPv4 in dotted form."""
+    import ipaddress
+    import socket
+
+    if isinstance(v, ipaddress.IPv6Address) and not v.scope_id:
+        return socket.inet_ntop(socket.AF_INET6, v.packed)  # ::ffff:10.0.2.15, not ::ffff:a00:20f
+    return str(v)
+
+
 def _jsonable(v: Any) -> Any:
     import dataclasses
     import enum
@@ -45,7 +55,9 @@ def _jsonable(v: Any) -> Any:
         return {f.name: _jsonable(getattr(v, f.name)) for f in dataclasses.fields(v)}
     if isinstance(v, enum.Enum):
         return v.name
-    if isinstance(v, (ipaddress.IPv4Address, ipaddress.IPv6Address, ipaddress.IPv4Network, ipaddress.IPv6Network)):
+    if isinstance(v, (ipaddress.IPv4Address, ipaddress.IPv6Address)):
+        return _ip_text(v)
+    if isinstance(v, (ipaddress.IPv4Network, ipaddress.IPv6Network)):
         return str(v)
     if isinstance(v, (list, tuple)):
         return [_jsonable(x) for x in v]
@@ -120,8 +132,8 @@ def _id_summary(cm: Any) -> Dict[str, Any]:
         "pkey": "%#06x" % info.pkey,
     }
     try:
-        out["sgid"] = str(cm.sgid) if cm.sgid else None
-        out["dgid"] = str(cm.dgid) if cm.dgid else None
+        out["sgid"] = _ip_text(cm.sgid) if cm.sgid else None
+        out["dgid"] = _ip_text(cm.dgid) if cm.dgid else None
     except OSError:
         out["sgid"] = out["dgid"] = None
     return out
@@ -300,7 +312,8 @@ def _finish(args: argparse.Namespace, result: Dict[str, Any], code: int, message
         else:
             print("route:\n  %s in %.1f ms" % (r["event"], r["ms"]))
             for p in r.get("paths", []):
-                print("  path sgid %s dgid %s pkey %#06x mtu %d hop_limit %d" % (p.sgid, p.dgid, p.pkey, p.mtu, p.hop_limit))
+                print("  path sgid %s dgid %s pkey %#06x mtu %d hop_limit %d"
+                      % (_ip_text(p.sgid), _ip_text(p.dgid), p.pkey, p.mtu, p.hop_limit))
     mm = result.get("mismatches")
     if mm:
         print("MISMATCH between prediction and kernel (a bug in one of them):")

@@ -148,3 +148,11 @@ def test_link_local_without_zone_same_refusal_in_route_and_resolve(capsys):
     code_s, _o, err_resolve = run(capsys, "resolve", "fe80::1")
     assert code_r == code_s == cli.EXIT_USAGE
     assert err_route == err_resolve and "needs a zone naming the interface" in err_route
+
+
+def test_gids_of_ipv4_addresses_print_in_dotted_form():
+    import ipaddress
+
+    assert cli._ip_text(ipaddress.IPv6Address("::ffff:a00:20f")) == "::ffff:10.0.2.15"
+    assert cli._ip_text(ipaddress.IPv6Address("fe80::5054:ff:fe12:3456")) == "fe80::5054:ff:fe12:3456"
+    assert cli._jsonable({"sgid": ipaddress.IPv6Address("::ffff:a00:202")}) == {"sgid": "::ffff:10.0.2.2"}

@@ -23,7 +23,7 @@ def test_resolve_own_address_with_route():
     assert k["event"] == "ADDR_RESOLVED" and k["status"] == 0
     assert k["device"] == "rxe0" and k["port"] == 1
     assert k["src"].startswith("10.0.2.15:") and k["dst"] == "10.0.2.15"
-    assert k["sgid"] == "::ffff:a00:20f"
+    assert k["sgid"] == "::ffff:10.0.2.15"  # the RoCE v2 GID, dotted as inet_ntop writes it
     assert j["route"]["event"] == "ROUTE_RESOLVED" and j["route"]["paths"]
     assert j["prediction"]["src"] == "10.0.2.15"
     assert j["mismatches"] == []

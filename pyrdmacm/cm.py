@@ -922,34 +922,22 @@ class CmId:
     @property
     def ps(self) -> abi.PortSpace:
         """The port space given to the constructor (``PortSpace.TCP`` by default)."""
-        try:
-            return self._ps
-        except AttributeError:
-            return _PS_TCP
+        return getattr(self, "_ps", _PS_TCP)
 
     @property
     def qp_type(self) -> abi.QpType:
         """The QP type: RC for TCP, UD for UDP and IPOIB, the one given for IB."""
-        try:
-            return self._qp_type
-        except AttributeError:
-            return _QP_RC
+        return getattr(self, "_qp_type", _QP_RC)
 
     @property
     def sync(self) -> bool:
         """True for an id made with ``CmId(None)``: a private channel, and blocking calls."""
-        try:
-            return self._sync
-        except AttributeError:
-            return False
+        return getattr(self, "_sync", False)
 
     @property
     def context(self) -> Any:
         """Anything the caller wants to keep with the id (``rdma_cm_id.context``)."""
-        try:
-            return self._context
-        except AttributeError:
-            return None
+        return getattr(self, "_context", None)
 
     @context.setter
     def context(self, value: Any) -> None:

@@ -338,14 +338,15 @@ class FakeKernel:
         ctx.state = "ROUTE_QUERY"
         self._queue(ctx, E.ROUTE_RESOLVED)
 
+    @staticmethod
+    def _device_fields(dev: Optional[FakeDevice]) -> Tuple[int, int, int, int]:
+        """(node_guid, port_num, pkey, ibdev_index) of a query reply; an unbound id has none."""
+        return (dev.node_guid, dev.port_num, dev.pkey, dev.index) if dev else (0, 0, 0, 0xFFFFFFFF)
+
     def _addr_reply(self, ctx: _Ctx, gid: bool) -> Dict[str, Any]:
         dev = ctx.dev
-        out: Dict[str, Any] = {
-            "node_guid": dev.node_guid if dev else 0,
-            "port_num": dev.port_num if dev else 0,
-            "pkey": dev.pkey if dev else 0,
-            "ibdev_index": dev.index if dev else 0xFFFFFFFF,
-        }
+        guid, port, pkey, index = self._device_fields(dev)
+        out: Dict[str, Any] = {"node_guid": guid, "port_num": port, "pkey": pkey, "ibdev_index": index}
         for key, a in (("src", ctx.src), ("dst", ctx.dst)):
             if a is None:
                 continue
@@ -400,14 +401,9 @@ class FakeKernel:
         ctx = self._get(f["id"])
         if size_out < abi.MIN_REPLY["rdma_ucm_query_route_resp"]:
             raise _err(errno.ENOSPC)
-        dev = ctx.dev
         c = CODECS["rdma_ucm_query_route_resp"]
-        vals: Dict[str, Any] = {
-            "node_guid": dev.node_guid if dev else 0,
-            "port_num": dev.port_num if dev else 0,
-            "ibdev_index": dev.index if dev else 0xFFFFFFFF,
-            "ib_route[0].pkey": dev.pkey if dev else 0,
-        }
+        guid, port, pkey, index = self._device_fields(ctx.dev)
+        vals: Dict[str, Any] = {"node_guid": guid, "port_num": port, "ibdev_index": index, "ib_route[0].pkey": pkey}
         for key, a in (("src_addr", ctx.src), ("dst_addr", ctx.dst)):
             if a is not None:
                 vals[key] = a.pack_in6()

@@ -42,12 +42,13 @@ from . import abi
 from ._codec import CODECS
 from ._device import KernelDevice, ReplyBuffer
 from .addr import AF_IB, Address, parse_address
+from .devices import list_devices, rdma_netdevs
 from .errors import errno_name
 
 __all__ = ["Result", "CASES", "run", "kernel_version", "find_local_ipv4"]
 
 C = abi.UserCmCmd
-_HDR = struct.Struct("<IHH")
+_HDR = CODECS["rdma_ucm_cmd_hdr"]
 Expect = Union[int, Sequence[Tuple[Tuple[int, int], int]]]
 
 
@@ -138,19 +139,6 @@ class Raw:
     def get_event(self, out: int = 336) -> int:
         return self.cmd(C.GET_EVENT, "rdma_ucm_get_event", {"response": self.reply.address}, out=out)
 
-    def wait_event(self, timeout: float = 5.0) -> Tuple[int, int]:
-        """(event, status) of the next event, within ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        while True:
-            self.reply.clear()
-            err = self.get_event()
-            if err == 0:
-                event, status = struct.unpack_from("<Ii", self.reply.view, 16)
-                return event, status
-            if err != errno.EAGAIN or time.monotonic() > deadline:
-                raise OSError(err or errno.ETIMEDOUT, "no event")
-            time.sleep(0.005)
-
     def query(self, handle: int, option: int, out: int = 280) -> int:
         return self.cmd(C.QUERY, "rdma_ucm_query", {"response": self.reply.address, "id": handle, "option": option},
                         out=out)
@@ -200,25 +188,8 @@ class KernelLog:
 
 
 def find_local_ipv4() -> Optional[str]:
-    """An IPv4 address of a netdev that has an RDMA device (from sysfs and SIOCGIFADDR)."""
-    base = "/sys/class/infiniband"
-    try:
-        devices = sorted(os.listdir(base))
-    except OSError:
-        return None
-    netdevs = []
-    for dev in devices:
-        ports = os.path.join(base, dev, "ports")
-        for port in sorted(os.listdir(ports)) if os.path.isdir(ports) else []:
-            ndevs = os.path.join(ports, port, "gid_attrs", "ndevs")
-            for entry in sorted(os.listdir(ndevs)) if os.path.isdir(ndevs) else []:
-                try:
-                    with open(os.path.join(ndevs, entry)) as f:
-                        name = f.read().strip()
-                except OSError:
-                    continue
-                if name and name not in netdevs:
-                    netdevs.append(name)
+    """An IPv4 address of a netdev that has an RDMA device (sysfs, then SIOCGIFADDR)."""
+    netdevs = sorted(rdma_netdevs(devices=list_devices(use_netlink=False)))
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         for name in netdevs:
             try:

@@ -28,6 +28,7 @@ import re
 import signal
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pyrdmacm import decode
@@ -155,6 +156,21 @@ def compare_reports(lib: Dict[str, Any], py: Dict[str, Any], ignore: Sequence[st
     return problems
 
 
+DRIVER_SOURCE = Path(__file__).resolve().parent.parent / "tools" / "parity" / "librdmacm_case.c"
+
+
+def build_driver(dest: Path) -> Path:
+    """Compile tools/parity/librdmacm_case.c against the installed librdmacm-dev."""
+    subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-o", str(dest), str(DRIVER_SOURCE), "-lrdmacm", "-libverbs"],
+                   check=True, capture_output=True, text=True)
+    return dest
+
+
+def strace_argv(log: str, argv: Sequence[str]) -> List[str]:
+    """``argv`` under strace, every write() logged whole, with fd paths, to ``log``."""
+    return ["strace", "-f", "-X", "raw", "-xx", "-y", "-s", "65536", "-e", "trace=write", "-o", log, *argv]
+
+
 def run_traced(argv: Sequence[str], log: str, timeout: float = 60,
                env: Optional[Dict[str, str]] = None) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
     """Run one scenario program under strace: (its JSON report, its rdma_cm commands).
@@ -163,8 +179,7 @@ def run_traced(argv: Sequence[str], log: str, timeout: float = 60,
     group) and its report, the steps it printed so far, gets ``"hung": true``.
     """
     proc = subprocess.Popen(
-        ["strace", "-f", "-X", "raw", "-xx", "-y", "-s", "65536", "-e", "trace=write", "-o", log, *argv],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env,
+        strace_argv(log, argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env,
     )
     hung = False
     try:

@@ -22,7 +22,7 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -32,7 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import parity  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE = ROOT / "tools" / "parity" / "librdmacm_case.c"
 PY_CASE = ROOT / "tools" / "parity" / "pyrdmacm_case.py"
 
 OK = {"ret": 0, "errno": 0}
@@ -158,10 +157,7 @@ CASES: List[Case] = [
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    out = tmp_path_factory.mktemp("parity") / "librdmacm_case"
-    subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-o", str(out), str(SOURCE), "-lrdmacm", "-libverbs"],
-                   check=True, capture_output=True, text=True)
-    return out
+    return parity.build_driver(tmp_path_factory.mktemp("parity") / "librdmacm_case")
 
 
 def _ip(*args: str) -> str:

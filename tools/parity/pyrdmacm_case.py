@@ -27,10 +27,6 @@ from pyrdmacm import CmId, EventChannel, PortSpace, State
 PORT_SPACES = {"tcp": PortSpace.TCP, "udp": PortSpace.UDP, "ipoib": PortSpace.IPOIB, "ib": PortSpace.IB}
 
 
-def address(text):
-    return text  # pyrdmacm takes what users write, "gid:GID" for AF_IB included
-
-
 def text_of(addr):
     if addr is None:
         return None
@@ -84,12 +80,12 @@ def main(argv):
             made = call("create_id", lambda: CmId(None if sync else channel, ps))
             cm_id = made if made is not None else cm_id
         elif step == "bind":
-            a = address(args.pop(0))
+            a = args.pop(0)
             call("bind_addr", lambda: cm_id.bind_addr(a))
         elif step == "resolve":
             dst, src, timeout = args.pop(0), args.pop(0), int(args.pop(0))
-            src_addr = None if src == "-" else address(src)
-            call("resolve_addr", lambda: cm_id.resolve_addr(address(dst), src_addr, timeout))
+            src_addr = None if src == "-" else src  # pyrdmacm takes what users write, "gid:..." too
+            call("resolve_addr", lambda: cm_id.resolve_addr(dst, src_addr, timeout))
         elif step == "route":
             timeout = int(args.pop(0))
             call("resolve_route", lambda: cm_id.resolve_route(timeout))

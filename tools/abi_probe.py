@@ -1372,6 +1372,11 @@ def _cmd_write(args) -> int:
         if match:
             changes = diff(layouts[match], installed)
             print(f"installed vs {match}: " + ("identical layout" if not changes else "\n  ".join([""] + changes)))
+    return _write_since(layouts)
+
+
+def _write_since(layouts) -> int:
+    """Derive abi/since.json from the layouts, write it, and report its inconsistencies."""
     since = build_since(layouts)
     write_json(SINCE_PATH, since)
     problems = check_since(layouts, since)
@@ -1381,13 +1386,7 @@ def _cmd_write(args) -> int:
 
 
 def _cmd_since(args) -> int:
-    layouts = _layouts_on_disk()
-    since = build_since(layouts)
-    write_json(SINCE_PATH, since)
-    problems = check_since(layouts, since)
-    for p in problems:
-        print("since:", p, file=sys.stderr)
-    return 1 if problems else 0
+    return _write_since(_layouts_on_disk())
 
 
 def _cmd_check_since(args) -> int:

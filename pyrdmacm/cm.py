@@ -61,7 +61,7 @@ from ._codec import CODECS
 from ._device import KernelDevice, ReplyBuffer, device_write as _device_write
 from .addr import AF_IB, Address, parse_address, unpack_sockaddr
 from .errors import EventError, KernelError, StateError, UsageError
-from .events import _EVENT_TYPES, _UNPACK_EVENT, EVENT_RESP_SIZE, Event, decode_event_head
+from .events import _UNPACK_EVENT, EVENT_RESP_SIZE, Event, decode_event_head
 
 __all__ = [
     "EventChannel",
@@ -223,6 +223,21 @@ def _after(call: str) -> Dict[State, State]:
 # the hot calls look their row up by state alone (no key tuple to build)
 _AFTER_RESOLVE_ADDR = _after("resolve_addr")
 _AFTER_RESOLVE_ROUTE = _after("resolve_route")
+
+
+def _on_event() -> Dict[int, Dict[State, Tuple[Any, State]]]:
+    """TRANSITIONS' event rows for get_event's fast path: the event's number as the kernel
+    writes it -> {state before: (the event type, state after)}, so that one lookup both
+    names the event and moves the id.  Events absent here (no transition from the id's
+    state, CONNECT_REQUEST, unknown types) take the general path, ``_dispatch``."""
+    rows: Dict[int, Dict[State, Tuple[Any, State]]] = {}
+    for (st, what), new in TRANSITIONS.items():
+        if isinstance(what, E):
+            rows.setdefault(int(what), {})[st] = (what, new)
+    return rows
+
+
+_ON_EVENT = _on_event()
 
 #: What to tell the user when a call is illegal in a state.
 _WHY = {
@@ -553,26 +568,18 @@ class EventChannel:
             except (OSError, UsageError):
                 n = 0  # the loop below reports it
             if n > 0:
-                uid, handle, ev, status, raw, _r, vid, mod = _UNPACK_EVENT(self._event_view)
+                uid, handle, ev, status, raw, vid, mod = _UNPACK_EVENT(self._event_view)
                 try:
                     cm_id = self._ids[uid]
-                    ev = _EVENT_TYPES[ev]
-                except KeyError:  # an id destroyed meanwhile, an event type we do not know
-                    cm_id = None
-                if cm_id is not None and ev is not _CONNECT_REQUEST:
-                    if status > 0x7FFFFFFF:
-                        status -= 0x100000000
-                    try:
-                        cm_id._state = TRANSITIONS[(cm_id._state, ev)]
-                    except KeyError:
-                        pass
+                    ev, cm_id._state = _ON_EVENT[ev][cm_id._state]
+                except KeyError:  # no such id (destroyed meanwhile), no transition: in general
+                    event = self._dispatch(self._event_view)
+                    if event is not None:
+                        return event
+                else:
                     cm_id._cache = None
                     cm_id._unacked += 1
-                    ece = (vid, mod) if vid or mod else _NO_ECE
-                    return _new_event(Event, (ev, status, cm_id, handle, raw, ece, None))
-                event = self._dispatch(self._event_view)
-                if event is not None:
-                    return event
+                    return _new_event(Event, (ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else _NO_ECE, None))
             return self._get_event(timeout, n < 0)
         finally:
             if self.closed:
@@ -632,27 +639,18 @@ class EventChannel:
                     continue
                 # get_event's fast path again, written out: a call per event would cost more
                 # than the decoding itself (see the module docstring)
-                uid, handle, ev, status, raw, _r, vid, mod = _UNPACK_EVENT(view)
+                uid, handle, ev, status, raw, vid, mod = _UNPACK_EVENT(view)
                 try:
                     cm_id = ids[uid]
-                    ev = _EVENT_TYPES[ev]
+                    ev, cm_id._state = _ON_EVENT[ev][cm_id._state]
                 except KeyError:
-                    cm_id = None
-                if cm_id is not None and ev is not _CONNECT_REQUEST:
-                    if status > 0x7FFFFFFF:
-                        status -= 0x100000000
-                    try:
-                        cm_id._state = TRANSITIONS[(cm_id._state, ev)]
-                    except KeyError:
-                        pass
+                    event = self._dispatch(view)
+                    if event is not None:
+                        out.append(event)
+                else:
                     cm_id._cache = None
                     cm_id._unacked += 1
-                    ece = (vid, mod) if vid or mod else _NO_ECE
-                    out.append(_new_event(Event, (ev, status, cm_id, handle, raw, ece, None)))
-                    continue
-                event = self._dispatch(view)
-                if event is not None:
-                    out.append(event)
+                    out.append(_new_event(Event, (ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else _NO_ECE, None)))
             return out
         finally:
             if self.closed:

@@ -18,6 +18,7 @@ IB CM reject reason: it is decoded as a signed 32-bit number.
 from __future__ import annotations
 
 import ipaddress
+import re
 import struct
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Tuple, Union
@@ -177,9 +178,24 @@ def decode_ud(raw: bytes) -> UdParam:
 
 
 _TYPES = {int(t): t for t in abi.CmEventType}
-#: for the channel's fast path: the event type by number, and the reply's fields unpacked
+#: for the channel's fast path: the event type by number
 _EVENT_TYPES = _TYPES
-_UNPACK_EVENT = _EVENT.unpack_from
+
+
+def _fast_event_struct() -> struct.Struct:
+    """The reply as the channel's fast path reads it: the codec's layout with ``status``
+    signed (so no Python arithmetic per event) and ``reserved`` skipped.  Unpacks to
+    ``(uid, handle, event, status, param, ece.vendor_id, ece.attr_mod)``."""
+    tokens = re.findall(r"\d*[A-Za-z]", _EVENT.format[1:])
+    names = _EVENT.names
+    assert len(tokens) == len(names) and not _EVENT._be
+    status, reserved = names.index("status"), names.index("reserved")
+    assert tokens[status] == tokens[reserved] == "L"
+    tokens[status], tokens[reserved] = "l", "4x"
+    return struct.Struct(_EVENT.format[0] + "".join(tokens))
+
+
+_UNPACK_EVENT = _fast_event_struct().unpack_from
 
 
 def decode_event_head(buf: Any) -> Tuple[int, int, Union[abi.CmEventType, int], int, bytes, Tuple[int, int]]:

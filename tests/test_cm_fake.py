@@ -88,3 +88,36 @@ def test_event_for_an_id_the_channel_does_not_know_is_dropped():
         cm.resolve_addr("10.0.0.1", timeout_ms=1000)
         ev = ch.get_event(5)
         assert ev is not None and ev.id is cm
+
+
+@pytest.mark.parametrize("read", ["get_event", "get_events"])
+def test_events_outside_the_transition_table_are_delivered_as_they_come(read):
+    """get_event's fast path handles the events of TRANSITIONS; an event with no transition
+    from the id's state, or of a type pyrdmacm does not know, still reaches the caller
+    (state unchanged, counted as unacked) and the next ordinary event takes the fast path."""
+    import os
+
+    from pyrdmacm._codec import CODECS
+    from pyrdmacm.abi import CmEventType as E
+    from pyrdmacm.cm import CmId, EventChannel, State
+
+    kernel = FakeKernel(FakeNet())
+    pack = CODECS["rdma_ucm_event_resp"].pack_dict
+    with EventChannel(kernel) as ch:
+        cm = CmId(ch)
+        for ev_type, status in ((int(E.ADDR_CHANGE), 0), (99, 0xFFFFFF92), (int(E.ADDR_RESOLVED), 0)):
+            kernel._events.append((cm.handle, pack({"uid": cm.uid, "id": cm.handle, "event": ev_type, "status": status})))
+            os.write(kernel._w, b"e")
+        if read == "get_event":
+            got = [ch.get_event(1) for _ in range(3)]
+        else:
+            got = ch.get_events(8, timeout=1)
+        assert [(e.event, e.status, e.id) for e in got] == [(E.ADDR_CHANGE, 0, cm), (99, -110, cm), (E.ADDR_RESOLVED, 0, cm)]
+        assert got[0].event is E.ADDR_CHANGE and got[1].status_name == "ETIMEDOUT"
+        # neither odd event moved the id (IDLE has no row for them, nor for ADDR_RESOLVED)
+        assert cm.state is State.IDLE and cm._unacked == 3
+        for e in got:
+            e.ack()
+        cm.resolve_addr("10.0.0.1", timeout_ms=1000)
+        ev = ch.get_event(5)
+        assert ev.event is E.ADDR_RESOLVED and cm.state is State.ADDR_RESOLVED and cm._unacked == 1

@@ -270,6 +270,34 @@ def test_closed_channel(world: World):
         cm.resolve_addr(world.local)
     with pytest.raises(StateError, match="closed"):
         CmId(ch)
+    with pytest.raises(StateError, match="closed"):
+        ch.create_id()
+
+
+def test_create_id_makes_the_same_id_as_the_class(world: World):
+    """``channel.create_id()`` (rdma_create_id's shape) and ``CmId(channel)`` give the same
+    ids, numbered from one counter; other port spaces, a QP type or a context take the
+    class's checks, and a refusal leaves the channel and its ids as they were."""
+    with world.channel() as ch:
+        a = ch.create_id()
+        b = CmId(ch)
+        c = ch.create_id()
+        assert type(a) is CmId and (a.uid, b.uid, c.uid) == (1, 2, 3)
+        assert (a.ps, a.qp_type, a.sync, a.context, a.state) == (PortSpace.TCP, QpType.RC, False, None, State.IDLE)
+        assert a.channel is ch and ch.ids == [a, b, c] and len({a.handle, b.handle, c.handle}) == 3
+        u = ch.create_id(PortSpace.UDP, context="mine")
+        assert (u.ps, u.qp_type, u.context) == (PortSpace.UDP, QpType.UD, "mine")
+        assert ch.create_id(PortSpace.IB, qp_type=QpType.UD).qp_type is QpType.UD
+        with pytest.raises(UsageError, match="unknown port space"):
+            ch.create_id(0x999)
+        with pytest.raises(UsageError):
+            ch.create_id(PortSpace.TCP, qp_type=QpType.UD)
+        assert len(ch.ids) == 5
+        c.resolve_addr(world.local, timeout_ms=2000)
+        ev = wait(ch)
+        assert ev.id is c and ev.event is E.ADDR_RESOLVED and c.state is State.ADDR_RESOLVED
+        ev.ack()
+        assert c.destroy() == 1 and a.destroy() == 0 and c not in ch.ids
 
 
 def test_two_readers_are_refused(world: World):
@@ -403,8 +431,8 @@ def test_forked_child_is_refused_the_parents_channel(world: World):
         if pid == 0:  # the child: report on the pipe, never return into pytest
             try:
                 lines = []
-                for call in (lambda: ch.get_event(0), lambda: CmId(ch), lambda: cm.resolve_addr(world.local),
-                             lambda: cm.query_addr(), lambda: cm.destroy()):
+                for call in (lambda: ch.get_event(0), lambda: CmId(ch), lambda: ch.create_id(),
+                             lambda: cm.resolve_addr(world.local), lambda: cm.query_addr(), lambda: cm.destroy()):
                     try:
                         call()
                         lines.append("no error")
@@ -417,7 +445,7 @@ def test_forked_child_is_refused_the_parents_channel(world: World):
         with os.fdopen(r) as f:
             lines = f.read().splitlines()
         os.waitpid(pid, 0)
-        assert len(lines) == 5
+        assert len(lines) == 6
         for line in lines:
             assert line.startswith("StateError: ") and "forked child" in line, line
             assert "open a new EventChannel in the child" in line

@@ -32,7 +32,7 @@ from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple
 
 from .abi import CmEventType as E
 from .cm import CmId, EventChannel
-from .errors import EventError, StateError
+from .errors import EventError, StateError, UsageError
 from .events import Event
 
 __all__ = ["AsyncChannel"]
@@ -40,45 +40,40 @@ __all__ = ["AsyncChannel"]
 _DRAIN = 256  # events taken per get_events call when the fd is readable
 
 
-class _One:
-    """Where the outcome event of one command goes: its future (acked, maybe as EventError)."""
-
-    __slots__ = ("fut", "want", "command", "raise_on_error", "ctx")
-
-    def __init__(self, fut: "asyncio.Future[Event]", want: E, command: str, raise_on_error: bool,
-                 ctx: Dict[str, Any]) -> None:
-        self.fut, self.want, self.command, self.raise_on_error, self.ctx = fut, want, command, raise_on_error, ctx
-
-    def deliver(self, index: int, ev: Event) -> None:
-        fut = self.fut
-        if fut.done():  # cancelled: the event is dropped
-            return
-        ev.ack()
-        if self.raise_on_error and ev.event is not self.want:
-            fut.set_exception(EventError(ev, self.command, **self.ctx))
-        else:
-            fut.set_result(ev)
+def _event_error(ev: Event, spec: Tuple[Any, ...]) -> EventError:
+    """The EventError for a failure event, from a single command's spec (want, command,
+    raise_on_error, dst, src); dst is _NO_CTX for a command without addresses."""
+    ctx = {} if spec[3] is _NO_CTX else {"dst": spec[3], "src": spec[4]}
+    return EventError(ev, spec[1], **ctx)
 
 
-class _Many(_One):
-    """The outcome events of many ids, in their order, behind one future."""
+_NO_CTX = object()
+#: the spec of resolve_route's future (nothing varies but raise_on_error: made once)
+_ROUTE_SPECS = {flag: (E.ROUTE_RESOLVED, "RESOLVE_ROUTE", flag, _NO_CTX, None) for flag in (True, False)}
 
-    __slots__ = ("events", "left")
+
+class _Many:
+    """The outcome events of many ids, in their order, behind one future.  It is its ids'
+    waiter itself (``_waiters[uid] = batch``): no per-id entry is made."""
+
+    __slots__ = ("fut", "want", "command", "raise_on_error", "ctx", "index", "events", "left")
 
     def __init__(self, fut: "asyncio.Future[List[Event]]", want: E, command: str, raise_on_error: bool,
-                 ctx: Dict[str, Any], n: int) -> None:
-        super().__init__(fut, want, command, raise_on_error, ctx)  # type: ignore[arg-type]
-        self.events: List[Any] = [None] * n
-        self.left = n
+                 ctx: Dict[str, Any], uids: List[int]) -> None:
+        self.fut, self.want, self.command, self.raise_on_error, self.ctx = fut, want, command, raise_on_error, ctx
+        #: uid -> the id's place in the batch (and in the result)
+        self.index: Dict[int, int] = dict(zip(uids, range(len(uids))))
+        self.events: List[Any] = [None] * len(uids)
+        self.left = len(uids)
 
-    def deliver(self, index: int, ev: Event) -> None:
+    def deliver(self, ev: Event) -> None:
         cm_id = ev[2]
         left = cm_id._unacked  # ev.ack(), inlined: the event is this channel's, for a CmId
         if left > 0:
             cm_id._unacked = left - 1
         else:
             ev.ack()  # raises, saying why
-        self.events[index] = ev
+        self.events[self.index[cm_id.uid]] = ev
         self.left -= 1
         fut = self.fut
         if fut.done():
@@ -86,7 +81,12 @@ class _Many(_One):
         if self.raise_on_error and ev.event is not self.want:
             fut.set_exception(EventError(ev, self.command, **self.ctx))
         elif not self.left:
-            fut.set_result(self.events)  # type: ignore[arg-type]
+            fut.set_result(self.events)
+
+
+def _is(entry: Any, sink: Any) -> bool:
+    """Whether a waiter entry (a batch, or a future and its spec) belongs to ``sink``."""
+    return entry is sink or (entry.__class__ is tuple and entry[0] is sink)
 
 
 class AsyncChannel:
@@ -95,8 +95,8 @@ class AsyncChannel:
     def __init__(self, channel: Optional[EventChannel] = None) -> None:
         self.channel = channel if channel is not None else EventChannel()
         self._loop: Optional[asyncio.AbstractEventLoop] = None
-        #: uid -> where its next event goes: one ``(sink, index)``, or a list of them, in order,
-        #: when several commands of one id are pending (rare: a tuple costs one allocation less)
+        #: uid -> where its next event goes: a batch (:class:`_Many`) or ``(future, spec)``, or
+        #: a list of them, in order, when several commands of one id are pending (rare)
         self._waiters: Dict[int, Any] = {}
         self._queue: Deque[Event] = deque()
         self._queue_waiters: Deque[asyncio.Future[Event]] = deque()
@@ -112,9 +112,10 @@ class AsyncChannel:
             self._loop.remove_reader(self.channel.fileno())
         self._loop = None
         for entry in self._waiters.values():
-            for sink, _index in entry if entry.__class__ is list else [entry]:
-                if not sink.fut.done():
-                    sink.fut.set_exception(StateError("the event channel was closed"))
+            for sink in entry if entry.__class__ is list else [entry]:
+                fut = sink.fut if sink.__class__ is _Many else sink[0]
+                if not fut.done():
+                    fut.set_exception(StateError("the event channel was closed"))
         self._waiters.clear()
         self.channel.close()
 
@@ -136,21 +137,34 @@ class AsyncChannel:
                 cm_id = ev[2]  # ev.id, without the named field's descriptor
                 entry = pop(cm_id.uid, None) if cm_id is not None else None
                 if entry is not None:
-                    if entry.__class__ is list:
-                        sink, index = entry.pop(0)
-                        if entry:
-                            waiters[cm_id.uid] = entry
-                    else:
-                        sink, index = entry
-                    if sink.__class__ is _Many:
+                    if entry.__class__ is list:  # several commands pending: the oldest's event
+                        rest = entry
+                        entry = rest.pop(0)
+                        if rest:
+                            waiters[cm_id.uid] = rest
+                    if entry.__class__ is _Many:
                         # _Many.deliver, inlined for the events that neither fail nor complete it
                         left = cm_id._unacked
-                        if left > 0 and sink.left > 1 and (ev[0] is sink.want or not sink.raise_on_error):
+                        if left > 0 and entry.left > 1 and (ev[0] is entry.want or not entry.raise_on_error):
                             cm_id._unacked = left - 1  # ev.ack()
-                            sink.events[index] = ev
-                            sink.left -= 1
+                            entry.events[entry.index[cm_id.uid]] = ev
+                            entry.left -= 1
                             continue
-                    sink.deliver(index, ev)
+                        entry.deliver(ev)
+                        continue
+                    # one command's future and its spec (want, command, raise_on_error, dst, src)
+                    fut, spec = entry
+                    if fut.done():  # cancelled: the event is dropped
+                        continue
+                    left = cm_id._unacked
+                    if left > 0:
+                        cm_id._unacked = left - 1  # ev.ack()
+                    else:
+                        ev.ack()  # raises, saying why
+                    if spec[2] and ev[0] is not spec[0]:
+                        fut.set_exception(_event_error(ev, spec))
+                    else:
+                        fut.set_result(ev)
                     continue
                 while self._queue_waiters:
                     w = self._queue_waiters.popleft()
@@ -172,78 +186,75 @@ class AsyncChannel:
         self._queue_waiters.append(fut)
         return await fut
 
-    def _wait_for(self, uid: int, sink: _One, index: int) -> None:
-        """Route the next event of id ``uid`` to ``sink``; registered before the command is written."""
+    def _wait_for(self, uid: int, entry: Any) -> None:
+        """Route the next event of id ``uid`` to ``entry`` (a batch, or a future and its
+        spec); registered before the command is written."""
         waiters = self._waiters
-        entry = waiters.get(uid)
-        if entry is None:
-            waiters[uid] = (sink, index)
-        elif entry.__class__ is list:
-            entry.append((sink, index))
+        old = waiters.get(uid)
+        if old is None:
+            waiters[uid] = entry
+        elif old.__class__ is list:
+            old.append(entry)
         else:
-            waiters[uid] = [entry, (sink, index)]
+            waiters[uid] = [old, entry]
 
-    def _unwait(self, uid: int, sink: _One) -> None:
+    def _unwait(self, uid: int, sink: Any) -> None:
         waiters = self._waiters
         entry = waiters.get(uid)
         if entry is None:
             return
         if entry.__class__ is list:
-            entry[:] = [p for p in entry if p[0] is not sink]
+            entry[:] = [p for p in entry if not _is(p, sink)]
             if not entry:
                 del waiters[uid]
-        elif entry[0] is sink:
+        elif _is(entry, sink):
             del waiters[uid]
 
-    def _call(self, cm_id: CmId, call: Callable[[], Any], want: E, command: str, raise_on_error: bool,
-              ctx: Dict[str, Any]) -> "asyncio.Future[Event]":
+    def _future(self) -> "asyncio.Future[Any]":
         if self._loop is None:
             self._ensure()
         assert self._loop is not None
-        fut: asyncio.Future[Event] = self._loop.create_future()
-        sink = _One(fut, want, command, raise_on_error, ctx)
-        self._wait_for(cm_id.uid, sink, 0)
-        try:
-            call()
-        except Exception as e:
-            self._unwait(cm_id.uid, sink)
-            fut.set_exception(e)
-        return fut
+        return self._loop.create_future()
 
     def _call_many(self, ids: Iterable[CmId], method: Callable[..., Any], args: Tuple[Any, ...], want: E,
                    command: str, raise_on_error: bool, ctx: Dict[str, Any]) -> "asyncio.Future[List[Event]]":
-        if self._loop is None:
-            self._ensure()
-        assert self._loop is not None
         ids = list(ids)
-        fut: asyncio.Future[List[Event]] = self._loop.create_future()
-        sink = _Many(fut, want, command, raise_on_error, ctx, len(ids))
+        fut: asyncio.Future[List[Event]] = self._future()
+        uids = [cm_id.uid for cm_id in ids]
+        sink = _Many(fut, want, command, raise_on_error, ctx, uids)
+        if len(sink.index) != len(ids):
+            fut.set_exception(UsageError("an id appears twice in one batch: its events could not be told apart; "
+                                         "give each id once"))
+            return fut
+        if not ids:
+            fut.set_result([])
+            return fut
         waiters = self._waiters
+        if waiters.keys() & sink.index.keys():  # some ids have a command pending already (rare)
+            for uid in uids:
+                self._wait_for(uid, sink)
+        else:
+            waiters.update(dict.fromkeys(uids, sink))  # the batch is its ids' waiter: one C call
         # the arguments spread once, not per id (``method(cm_id, *args)`` builds a tuple each time)
         a, b, c = (args + (None, None, None))[:3]
         n_args = len(args)
-        for index, cm_id in enumerate(ids):
-            uid = cm_id.uid
-            if uid in waiters:
-                self._wait_for(uid, sink, index)
-            else:
-                waiters[uid] = (sink, index)  # _wait_for, inlined
-            try:
-                if n_args == 3:
+        k = 0
+        try:
+            if n_args == 3:
+                for k, cm_id in enumerate(ids):
                     method(cm_id, a, b, c)
-                elif n_args == 1:
+            elif n_args == 1:
+                for k, cm_id in enumerate(ids):
                     method(cm_id, a)
-                else:
+            else:
+                for k, cm_id in enumerate(ids):
                     method(cm_id, *args)
-            except Exception as e:
-                # the ids before this one are under way: their events are still taken (and acked)
-                self._unwait(cm_id.uid, sink)
-                for rest in ids[index + 1 :]:
-                    self._unwait(rest.uid, sink)
-                fut.set_exception(e)
-                break
-        if not ids:
-            fut.set_result([])
+        except Exception as e:
+            # id k and those after it were not sent; the ids before it are under way: their
+            # events still come to the batch (and are acked), which has failed
+            for uid in uids[k:]:
+                self._unwait(uid, sink)
+            fut.set_exception(e)
         return fut
 
     # -- commands: written at once, a future of the outcome returned
@@ -251,16 +262,39 @@ class AsyncChannel:
         self, cm_id: CmId, dst: Any, src: Any = None, timeout_ms: int = 2000, *, raise_on_error: bool = True
     ) -> "asyncio.Future[Event]":
         """``cm_id.resolve_addr``; a future of ADDR_RESOLVED (ADDR_ERROR: EventError, unless not ``raise_on_error``)."""
-        return self._call(
-            cm_id, lambda: cm_id.resolve_addr(dst, src, timeout_ms), E.ADDR_RESOLVED, "RESOLVE_ADDR",
-            raise_on_error, {"dst": dst, "src": src},
-        )
+        loop = self._loop
+        fut = loop.create_future() if loop is not None else self._future()
+        uid = cm_id.uid
+        waiters = self._waiters
+        entry = (fut, (E.ADDR_RESOLVED, "RESOLVE_ADDR", raise_on_error, dst, src))
+        if uid in waiters:
+            self._wait_for(uid, entry)
+        else:
+            waiters[uid] = entry
+        try:
+            cm_id.resolve_addr(dst, src, timeout_ms)
+        except Exception as e:  # refused before or by the kernel: the future says so
+            self._unwait(uid, fut)
+            fut.set_exception(e)
+        return fut
 
     def resolve_route(self, cm_id: CmId, timeout_ms: int = 2000, *, raise_on_error: bool = True) -> "asyncio.Future[Event]":
         """``cm_id.resolve_route``; a future of ROUTE_RESOLVED (ROUTE_ERROR: EventError, unless not ``raise_on_error``)."""
-        return self._call(
-            cm_id, lambda: cm_id.resolve_route(timeout_ms), E.ROUTE_RESOLVED, "RESOLVE_ROUTE", raise_on_error, {}
-        )
+        loop = self._loop
+        fut = loop.create_future() if loop is not None else self._future()
+        uid = cm_id.uid
+        waiters = self._waiters
+        entry = (fut, _ROUTE_SPECS[bool(raise_on_error)])
+        if uid in waiters:
+            self._wait_for(uid, entry)
+        else:
+            waiters[uid] = entry
+        try:
+            cm_id.resolve_route(timeout_ms)
+        except Exception as e:
+            self._unwait(uid, fut)
+            fut.set_exception(e)
+        return fut
 
     def resolve_addr_many(
         self, ids: Iterable[CmId], dst: Any, src: Any = None, timeout_ms: int = 2000, *, raise_on_error: bool = True

@@ -6,7 +6,8 @@ import errno
 import pytest
 
 from pyrdmacm import CmEventType as E
-from pyrdmacm import CmId, EventChannel, EventError, KernelError
+from pyrdmacm import CmId, EventChannel, EventError, KernelError, StateError, UsageError
+from pyrdmacm.cm import State
 from pyrdmacm.aio import AsyncChannel
 from pyrdmacm.fake import FakeKernel, FakeNet
 
@@ -80,5 +81,42 @@ def test_per_id_futures_gather():
             assert [e.id for e in evs] == ids
             evs = await asyncio.gather(*(ach.resolve_route(i) for i in ids))
             assert {e.event for e in evs} == {E.ROUTE_RESOLVED}
+
+    run(main())
+
+
+def test_a_batch_refuses_an_id_given_twice_before_sending_anything():
+    async def main():
+        async with AsyncChannel(channel()) as ach:
+            a = CmId(ach.channel)
+            with pytest.raises(UsageError, match="appears twice"):
+                await ach.resolve_addr_many([a, CmId(ach.channel), a], PEER)
+            assert a.state is State.IDLE and not ach._waiters
+            assert (await ach.resolve_addr_many([a], PEER))[0].event is E.ADDR_RESOLVED
+
+    run(main())
+
+
+def test_a_batch_over_an_id_with_a_command_pending():
+    """The id's pending future keeps its event; the batch stops at that id (resolve_route
+    while its address is still being resolved is illegal) and takes the events of the
+    ids it did send, so none of them leaks to get_event()."""
+
+    async def main():
+        async with AsyncChannel(channel()) as ach:
+            y, x = CmId(ach.channel), CmId(ach.channel)
+            await ach.resolve_addr(y, PEER)
+            pending = ach.resolve_addr(x, PEER)
+            with pytest.raises(StateError, match="resolve_route"):
+                await ach.resolve_route_many([y, x])
+            assert (await pending).event is E.ADDR_RESOLVED and x.state is State.ADDR_RESOLVED
+            for _ in range(100):  # y's ROUTE_RESOLVED reaches the failed batch, which acks it
+                if y.state is State.ROUTE_RESOLVED:
+                    break
+                await asyncio.sleep(0.01)
+            assert y.state is State.ROUTE_RESOLVED and y._unacked == 0 and not ach._queue
+            assert not ach._waiters
+            evs = await ach.resolve_route_many([x])
+            assert evs[0].event is E.ROUTE_RESOLVED
 
     run(main())

@@ -9,12 +9,14 @@ Ratios are codec / hand-written; the target is at most 1.5x.
 
 ``--commands`` times the per-command Python cost of the benchmark's phases (tools/bench:
 create N ids, resolve_addr all then collect the events, resolve_route likewise, destroy
-all) without a kernel, three ways, per id and phase:
+all) without a kernel, five ways, per id and phase:
 
 * ``pyrdmacm`` over :class:`EchoKernel`, a transport that answers each command as rdma_cm
   would, as cheaply as Python can (the reply written at the command's response address);
 * ``bare``, the floor: a hand-written driver (struct.pack, one write per command, reply
   buffers reused, no checks) over the same transport;
+* ``aio-many`` and ``aio``: the asyncio adapter over the same transport, with one future
+  per phase (``resolve_addr_many``) and with a future per id and ``asyncio.gather``;
 * ``fake``: pyrdmacm over pyrdmacm.fake.FakeKernel, which decodes and validates every
   command (its own cost dominates: a regression guard for the fake, not the core).
 
@@ -80,16 +82,17 @@ class EchoKernel:
         if cmd == 0:  # CREATE_ID: uid, response -> handle = uid
             uid, resp = self._q2.unpack_from(data, 8)
             ctypes.memmove(resp, uid.to_bytes(4, "little"), 4)
-        elif cmd == 21:  # RESOLVE_ADDR: id first
+        elif cmd == 21 or cmd == 4:  # RESOLVE_ADDR, RESOLVE_ROUTE: id first
             h = int.from_bytes(data[8:12], "little")
-            self.events.append(self._ev.pack(h, h, 0, 0))
-        elif cmd == 4:  # RESOLVE_ROUTE
-            h = int.from_bytes(data[8:12], "little")
-            self.events.append(self._ev.pack(h, h, 2, 0))
+            if not self.events:
+                os.write(self._w, b"e")  # the fd is readable while events are queued
+            self.events.append(self._ev.pack(h, h, 0 if cmd == 21 else 2, 0))
         elif cmd == 12:  # GET_EVENT: response
             if not self.events:
                 raise BlockingIOError(11, "no event")
             ctypes.memmove(int.from_bytes(data[8:16], "little"), self.events.popleft(), 20)
+            if not self.events:
+                os.read(self._r, 1)
         elif cmd == 1:  # DESTROY_ID: response, id -> events_reported 0
             ctypes.memmove(int.from_bytes(data[8:16], "little"), b"\0\0\0\0", 4)
         else:
@@ -101,12 +104,12 @@ PHASES = ("create", "resolve_addr", "resolve_route", "destroy")
 
 
 def phases_pyrdmacm(transport, n, dst):
-    from pyrdmacm import CmId, EventChannel
+    from pyrdmacm import EventChannel
 
     ch = EventChannel(transport)
     get = ch.get_event
     t = [time.perf_counter()]
-    ids = [CmId(ch) for _ in range(n)]
+    ids = [ch.create_id() for _ in range(n)]
     t.append(time.perf_counter())
     for i in ids:
         i.resolve_addr(dst, timeout_ms=2000)
@@ -123,6 +126,36 @@ def phases_pyrdmacm(transport, n, dst):
     t.append(time.perf_counter())
     ch.close()
     return t
+
+
+def phases_aio(transport, n, dst, many):
+    """The asyncio adapter: one batch future per phase (many) or a future per id + gather."""
+    import asyncio
+
+    from pyrdmacm import EventChannel
+    from pyrdmacm.aio import AsyncChannel
+
+    async def main():
+        async with AsyncChannel(EventChannel(transport)) as ach:
+            t = [time.perf_counter()]
+            ids = [ach.channel.create_id() for _ in range(n)]
+            t.append(time.perf_counter())
+            if many:
+                await ach.resolve_addr_many(ids, dst, timeout_ms=2000)
+            else:
+                await asyncio.gather(*(ach.resolve_addr(i, dst, timeout_ms=2000) for i in ids))
+            t.append(time.perf_counter())
+            if many:
+                await ach.resolve_route_many(ids, 2000)
+            else:
+                await asyncio.gather(*(ach.resolve_route(i, 2000) for i in ids))
+            t.append(time.perf_counter())
+            for i in ids:
+                i.destroy()
+            t.append(time.perf_counter())
+            return t
+
+    return asyncio.run(main())
 
 
 def phases_bare(transport, n, dst):
@@ -180,13 +213,15 @@ def commands(n, runs=5):
     results = {}
     for name, make, fn, dst in (("bare", EchoKernel, phases_bare, "10.0.0.2"),
                                 ("pyrdmacm", EchoKernel, phases_pyrdmacm, "10.0.0.2"),
+                                ("aio-many", EchoKernel, lambda t, n, d: phases_aio(t, n, d, True), "10.0.0.2"),
+                                ("aio", EchoKernel, lambda t, n, d: phases_aio(t, n, d, False), "10.0.0.2"),
                                 ("fake", fake_transport, phases_pyrdmacm, "10.0.0.2")):
         best = None
         for _ in range(runs if name != "fake" else 2):
             tr = make()
             t = fn(tr, n, parse_address(dst))
             if name == "bare":
-                tr.close()
+                tr.close()  # pyrdmacm's channels close theirs
             per = [(t[i + 1] - t[i]) / n * 1e6 for i in range(4)]
             best = per if best is None else [min(a, b) for a, b in zip(best, per)]
         results[name] = dict(zip(PHASES, best), total=sum(best))
@@ -200,11 +235,14 @@ def main_commands():
         json.dump({"n": n, "per_id_us": res}, sys.stdout, indent=1)
         print()
         return
-    print("per-id us, N=%d, best of 5 (host, no kernel); pyrdmacm/bare = the library's overhead" % n)
-    print("%-14s %9s %9s %9s %14s" % ("phase", "bare", "pyrdmacm", "fake", "pyrdmacm/bare"))
+    print("per-id us, N=%d, best of 5 (host, no kernel); pyrdmacm/bare = the library's overhead, "
+          "many/py and aio/py = the asyncio adapter's batch and per-id futures against the blocking API" % n)
+    cols = ("bare", "pyrdmacm", "aio-many", "aio", "fake")
+    print("%-14s" % "phase" + "".join("%10s" % c for c in cols) + "%14s%9s%9s" % ("pyrdmacm/bare", "many/py", "aio/py"))
     for p in PHASES + ("total",):
-        print("%-14s %9.2f %9.2f %9.2f %14.2f" % (p, res["bare"][p], res["pyrdmacm"][p], res["fake"][p],
-                                                  res["pyrdmacm"][p] / res["bare"][p]))
+        py = res["pyrdmacm"][p]
+        print("%-14s" % p + "".join("%10.2f" % res[c][p] for c in cols)
+              + "%14.2f%9.2f%9.2f" % (py / res["bare"][p], res["aio-many"][p] / py, res["aio"][p] / py))
 
 
 def main():

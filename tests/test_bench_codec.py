@@ -42,3 +42,19 @@ def test_echo_transport_answers_what_pyrdmacm_sends(bench_codec):
         assert [(e.event, e.id) for e in evs] == [(CmEventType.ADDR_RESOLVED, i) for i in ids]
         assert ch.get_event(0) is None and not kernel.events
         assert all(i.state is State.ADDR_RESOLVED for i in ids)
+
+
+def test_direct_runs_the_direct_write_path_and_every_phase(bench_codec, monkeypatch):
+    from pyrdmacm import cm
+
+    writes = []
+    real = cm._device_write
+    monkeypatch.setattr(cm, "_device_write", lambda fd, data: writes.append(data[0]) or real(fd, data))
+    res = bench_codec.direct(30, runs=1)
+    assert set(res) == {"bare", "pyrdmacm"}
+    for phases in res.values():
+        assert set(phases) == set(bench_codec.DIRECT_PHASES) | {"total"}
+        assert all(v > 0 and math.isfinite(v) for v in phases.values())
+    # pyrdmacm wrote every command itself on the fd (the lab's path): per id CREATE_ID (0),
+    # RESOLVE_ADDR (21), RESOLVE_ROUTE (4), two GET_EVENTs (12), DESTROY_ID (1)
+    assert sorted(set(writes)) == [0, 1, 4, 12, 21] and len(writes) == 30 * 6

@@ -4,6 +4,7 @@ hand-written struct.Struct of the same layout (the floor). Host only, no kernel.
 
     tools/bench_codec.py [--json]
     tools/bench_codec.py --commands [--n 1000] [--json]
+    tools/bench_codec.py --direct [--n 10000] [--json]
 
 Ratios are codec / hand-written; the target is at most 1.5x.
 
@@ -22,6 +23,12 @@ all) without a kernel, five ways, per id and phase:
 
 ``pyrdmacm / bare`` is the Python overhead the library adds per command; on a real kernel
 the syscalls come on top, equally for both.
+
+``--direct`` runs the code path the lab takes (the channel writing ``os.write`` on the fd
+itself, no transport object in between) with /dev/null as the device: every command is a
+real system call that does nothing, and each event is put into the reply buffer before its
+GET_EVENT. Events are timed apart from the commands that cause them, so the table says, in
+ns per id, what each step of the API costs above the hand-written floor.
 """
 
 import ctypes
@@ -245,9 +252,141 @@ def main_commands():
               + "%14.2f%9.2f%9.2f" % (py / res["bare"][p], res["aio-many"][p] / py, res["aio"][p] / py))
 
 
+class NullDevice:
+    """A device whose fd is /dev/null: pyrdmacm's channel then writes with os.write on the
+    fd directly, as it does on rdma_cm (``direct_fd``), and every write is a real, cheap
+    system call. No reply is written: the caller puts each event into the reply buffer."""
+
+    legacy = False
+
+    def __init__(self):
+        self.fd = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+
+    def fileno(self):
+        return self.fd
+
+    def write(self, data):
+        return os.write(self.fd, data)
+
+    def direct_fd(self):
+        return self.fd
+
+    def close(self):
+        os.close(self.fd)
+
+
+DIRECT_PHASES = ("create", "resolve_addr", "addr_events", "resolve_route", "route_events", "destroy")
+_HEAD = struct.Struct("<QIII")  # uid, id, event, status: what the caller puts in for each event
+
+
+def direct_pyrdmacm(n, dst):
+    from pyrdmacm import EventChannel
+    from pyrdmacm.abi import CmEventType as E
+
+    ch = EventChannel(NullDevice())
+    view, put = ch._r_event.view, _HEAD.pack_into
+    get = ch.get_event
+    t = [time.perf_counter()]
+    ids = [ch.create_id() for _ in range(n)]
+    t.append(time.perf_counter())
+    for i in ids:
+        i.resolve_addr(dst, timeout_ms=2000)
+    t.append(time.perf_counter())
+    for want, code in ((E.ADDR_RESOLVED, int(E.ADDR_RESOLVED)), (E.ROUTE_RESOLVED, int(E.ROUTE_RESOLVED))):
+        for uid in range(1, n + 1):
+            put(view, 0, uid, uid, code, 0)
+            ev = get()
+            if ev.event is not want or ev.status:
+                raise SystemExit("bench_codec: pyrdmacm decoded %r" % (ev,))
+            ev.ack()
+        t.append(time.perf_counter())
+        if want is E.ADDR_RESOLVED:
+            for i in ids:
+                i.resolve_route(2000)
+            t.append(time.perf_counter())
+    for i in ids:
+        i.destroy()
+    t.append(time.perf_counter())
+    ch.close()
+    return t
+
+
+def direct_bare(n, dst):
+    """The floor over the same device: tools/bench's hand-written driver."""
+    from pyrdmacm.abi import CmEventType as E
+    from pyrdmacm.cm import H_CREATE, H_DESTROY, H_GET_EVENT, H_RESOLVE_ADDR, H_RESOLVE_ROUTE
+
+    create, destroy = struct.Struct(CODECS["rdma_ucm_create_id"].format), struct.Struct(CODECS["rdma_ucm_destroy_id"].format)
+    resolve, route = struct.Struct(CODECS["rdma_ucm_resolve_addr"].format), struct.Struct(CODECS["rdma_ucm_resolve_route"].format)
+    head, u32 = struct.Struct("<QIIi"), struct.Struct("<I")
+    storage, size = dst.pack_storage(), dst.size
+    reply = ctypes.create_string_buffer(CODECS["rdma_ucm_event_resp"].size)
+    view, addr = memoryview(reply).cast("B"), ctypes.addressof(reply)
+    get_event = H_GET_EVENT + struct.pack("<Q", addr)
+    put, write = _HEAD.pack_into, os.write
+    dev = NullDevice()
+    fd = dev.fd
+    bad = 0
+    t = [time.perf_counter()]
+    handles = []
+    for uid in range(1, n + 1):
+        write(fd, H_CREATE + create.pack(uid, addr, 0x106, 2, b""))
+        handles.append(u32.unpack_from(view)[0])
+    t.append(time.perf_counter())
+    for h in handles:
+        write(fd, H_RESOLVE_ADDR + resolve.pack(h, 2000, 0, size, 0, b"", storage))
+    t.append(time.perf_counter())
+    for code in (int(E.ADDR_RESOLVED), int(E.ROUTE_RESOLVED)):
+        for uid in range(1, n + 1):
+            put(view, 0, uid, uid, code, 0)
+            write(fd, get_event)
+            if head.unpack_from(view)[2:] != (code, 0):
+                bad += 1
+        t.append(time.perf_counter())
+        if code == int(E.ADDR_RESOLVED):
+            for h in handles:
+                write(fd, H_RESOLVE_ROUTE + route.pack(h, 2000))
+            t.append(time.perf_counter())
+    for h in handles:
+        write(fd, H_DESTROY + destroy.pack(addr, h, 0))
+    t.append(time.perf_counter())
+    dev.close()
+    return t
+
+
+def direct(n, runs=15):
+    """ns per id and phase, the fastest of ``runs`` interleaved runs."""
+    from pyrdmacm import parse_address
+
+    dst = parse_address("10.0.0.2")
+    best = {}
+    for r in range(runs):
+        for name, fn in (("bare", direct_bare), ("pyrdmacm", direct_pyrdmacm))[:: 1 if r % 2 else -1]:
+            t = fn(n, dst)
+            per = [(b - a) / n * 1e9 for a, b in zip(t, t[1:])]
+            best[name] = per if name not in best else [min(x, y) for x, y in zip(best[name], per)]
+    return {name: dict(zip(DIRECT_PHASES, v), total=sum(v)) for name, v in best.items()}
+
+
+def main_direct():
+    n = int(sys.argv[sys.argv.index("--n") + 1]) if "--n" in sys.argv else 10000
+    res = direct(n)
+    if "--json" in sys.argv:
+        json.dump({"n": n, "per_id_ns": res}, sys.stdout, indent=1)
+        print()
+        return
+    print("ns per id, N=%d, fastest of 15 (host; writes are system calls on /dev/null)" % n)
+    print("%-14s %9s %9s %9s" % ("phase", "bare", "pyrdmacm", "above"))
+    for p in DIRECT_PHASES + ("total",):
+        b, q = res["bare"][p], res["pyrdmacm"][p]
+        print("%-14s %9.0f %9.0f %9.0f" % (p, b, q, q - b))
+
+
 def main():
     if "--commands" in sys.argv:
         return main_commands()
+    if "--direct" in sys.argv:
+        return main_direct()
     rows = []
     for name, (fmt, kind, args) in HAND.items():
         codec = CODECS[name]

@@ -1221,13 +1221,9 @@ class CmId:
         reported: int = reply.u32[0]
         pool.append(reply)
         self._state = _DESTROYED
-        ids = ch._ids
-        uid = self.uid
-        try:
-            if ids[uid] is self:  # an adopted id shares its listener's uid
-                del ids[uid]
-        except KeyError:
-            pass
+        other = ch._ids.pop(self.uid, None)
+        if other is not self and other is not None:
+            ch._ids[self.uid] = other  # an adopted id shares its listener's uid: keep the listener
         if self._unacked:
             warnings.warn(
                 UnackedEventsWarning(

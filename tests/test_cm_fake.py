@@ -121,3 +121,46 @@ def test_events_outside_the_transition_table_are_delivered_as_they_come(read):
         cm.resolve_addr("10.0.0.1", timeout_ms=1000)
         ev = ch.get_event(5)
         assert ev.event is E.ADDR_RESOLVED and cm.state is State.ADDR_RESOLVED and cm._unacked == 1
+
+
+def test_a_connection_request_adopts_a_new_id_and_destroying_it_keeps_the_listener():
+    """The kernel reports a connection request with the listener's uid and the handle of a
+    new id it made; the channel adopts that id (sharing the uid). Destroying the adopted id
+    must not unregister the listener, whose next requests still reach it."""
+    import os
+
+    from pyrdmacm._codec import CODECS
+    from pyrdmacm.abi import CmEventType as E
+    from pyrdmacm.cm import CmId, EventChannel, State
+    from pyrdmacm.fake import _Ctx
+
+    kernel = FakeKernel(FakeNet())
+    pack = CODECS["rdma_ucm_event_resp"].pack_dict
+    with EventChannel(kernel) as ch:
+        listener = CmId(ch)
+        listener.bind_addr("10.0.0.1:7471")
+        listener.listen(8)
+
+        def request():  # what rdma_cm does: a new kernel id, reported under the listener's uid
+            handle = kernel._next
+            kernel._next += 1
+            kernel._ctx[handle] = _Ctx(handle, listener.uid, int(listener.ps), int(listener.qp_type))
+            kernel._events.append((handle, pack({"uid": listener.uid, "id": handle, "event": int(E.CONNECT_REQUEST)})))
+            os.write(kernel._w, b"e")
+            return handle
+
+        handle = request()
+        ev = ch.get_event(1)
+        assert ev.event is E.CONNECT_REQUEST and ev.listen_id is listener
+        new = ev.id
+        assert isinstance(new, CmId) and new is not listener and new.handle == handle
+        assert (new.uid, new.state, new.ps) == (listener.uid, State.CONNECT, listener.ps)
+        ev.ack()
+        assert new.destroy() == 1 and handle not in kernel._ctx  # the request counted on the new id
+        assert ch.ids == [listener] and listener.state is State.LISTEN
+        request()
+        ev = ch.get_event(1)
+        assert ev.listen_id is listener and ev.id is not new
+        ev.ack()
+        ev.id.destroy()
+        assert listener.destroy() == 0 and ch.ids == []

@@ -15,11 +15,12 @@ a future of the outcome event (not a coroutine: a Task per id would cost more
 than the command itself).  A synchronous refusal (``KernelError``,
 ``StateError``...) is set on the future, so ``await`` raises it either way.
 For many ids, ``resolve_addr_many`` / ``resolve_route_many`` wait with one
-future for all of them: the cheapest way (about 1.25x the blocking API in the
-lab, against 1.9x for a future per id and ``gather``: docs/benchmarks.md).
+future for all of them: the cheapest way (1.1-1.2x the blocking API in the lab,
+against about 1.8x for a future per id and ``gather``, most of which is asyncio's
+own cost per future: docs/benchmarks.md).
 
     async with AsyncChannel() as ach:
-        ids = [CmId(ach.channel) for _ in range(1000)]
+        ids = [ach.channel.create_id() for _ in range(1000)]
         events = await asyncio.gather(*(ach.resolve_addr(i, "10.0.0.2") for i in ids))
         events = await ach.resolve_route_many(ids)
 """

@@ -54,7 +54,7 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from . import abi
 from ._codec import CODECS
@@ -600,10 +600,11 @@ class EventChannel:
                 self._close_wake()
             slot.append(True)
 
-    def get_events(self, max_events: int = 64, timeout: Optional[float] = 0) -> List[Event]:
+    def get_events(self, max_events: int = 64, timeout: Optional[float] = 0, *, ack: bool = False) -> List[Event]:
         """Up to ``max_events`` events under one reader guard: waits for the first as
         ``get_event(timeout)`` does (an empty list if none came), then takes only what is
         already queued.  A cheaper way than a ``get_event`` call per event to drain a channel.
+        ``ack=True`` returns them acknowledged (no ``ack()`` call each).
         """
         if self._live != _PID:
             self._check()
@@ -620,7 +621,7 @@ class EventChannel:
                 first = self._get_event(timeout)
                 if first is None:
                     return out
-                out.append(first)
+                out.append(_acked(first) if ack else first)
             write, data, view, ids, fd = self._write, self._b_get_event, self._event_view, self._ids, self._fd
             while len(out) < max_events:
                 try:
@@ -635,7 +636,7 @@ class EventChannel:
                     first = self._get_event(timeout, isinstance(e, BlockingIOError))
                     if first is None:
                         break
-                    out.append(first)
+                    out.append(_acked(first) if ack else first)
                     continue
                 # get_event's fast path again, written out: a call per event would cost more
                 # than the decoding itself (see the module docstring)
@@ -646,10 +647,11 @@ class EventChannel:
                 except KeyError:
                     event = self._dispatch(view)
                     if event is not None:
-                        out.append(event)
+                        out.append(_acked(event) if ack else event)
                 else:
                     cm_id._cache = None
-                    cm_id._unacked += 1
+                    if not ack:
+                        cm_id._unacked += 1
                     out.append(_new_event(Event, (ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else _NO_ECE, None)))
             return out
         finally:
@@ -772,10 +774,137 @@ class EventChannel:
             return _create(_new_object(CmId), self, _PS_TCP, _QP_RC)
         return CmId(self, ps, qp_type=qp_type, context=context)
 
+    # -- many ids at once.  The loops below write CREATE_ID / DESTROY_ID as _create and
+    # CmId.destroy do, with everything they look up taken once per call instead of once
+    # per id: a call per id costs about what its Python work does (docs/benchmarks.md).
+    def create_ids(
+        self, n: int, ps: Union[abi.PortSpace, int] = abi.PortSpace.TCP, *, qp_type: Optional[int] = None
+    ) -> List["CmId"]:
+        """``n`` new ids on this channel, the ids ``n`` ``create_id()`` calls would make.
+
+        All or nothing: if the kernel refuses one (EMFILE, ENOMEM ...), the ids made so far
+        are destroyed again and the refusal is raised.
+        """
+        if n.__class__ is not int or n < 0:
+            raise UsageError("n must be an int >= 0 (how many ids), got %r" % (n,))
+        custom = ps is not _PS_TCP or qp_type is not None
+        space, qp = _port_space(ps, qp_type) if custom else (_PS_TCP, _QP_RC)
+        if self._live != _PID:
+            self._check()
+        out: List[CmId] = []
+        append = out.append
+        table, pool, fd, write = self._ids, self._create_replies, self._fd, self._write
+        try:
+            reply = pool.pop()
+        except IndexError:  # another thread has it
+            reply = ReplyBuffer(_CREATE_REPLY_SIZE)
+        address, u32 = reply.address, reply.u32
+        try:
+            for _ in range(n):
+                cm_id = _new_object(CmId)
+                cm_id.channel = self
+                cm_id._state = _IDLE
+                cm_id._unacked = 0
+                if custom:
+                    cm_id._ps, cm_id._qp_type = space, qp
+                uid = cm_id.uid = self._next_uid
+                self._next_uid = uid + 1
+                data = _CREATE_CMD(H_CREATE, uid, address, space, qp, b"")
+                try:
+                    written = _device_write(fd, data) if fd >= 0 else write(data)
+                except OSError as e:
+                    raise self._refused(e, "CREATE_ID", {}) from None
+                if written != _N_CREATE:
+                    raise self._short(written, data, "CREATE_ID")
+                cm_id.handle = u32[0]
+                table[uid] = cm_id
+                append(cm_id)
+        except BaseException:
+            pool.append(reply)
+            for cm_id in out:  # all or nothing
+                try:
+                    cm_id.destroy()
+                except Exception:  # pragma: no cover - the channel is failing: closing it frees them
+                    pass
+            raise
+        pool.append(reply)
+        return out
+
+    def destroy_ids(self, ids: Iterable["CmId"]) -> List[int]:
+        """Destroy many ids of this channel; their ``events_reported``, in order.
+
+        Every id is checked first (of this channel, not destroyed, given once: UsageError
+        or StateError before any syscall). Ids with events not acked are reported in one
+        :class:`UnackedEventsWarning`.
+        """
+        ids = list(ids)
+        if self._live != _PID:
+            if self.closed:
+                for cm_id in ids:
+                    if getattr(cm_id, "channel", None) is self:
+                        cm_id._state = _DESTROYED
+                raise StateError("destroy_ids: the event channel is closed (the kernel destroyed its ids then)")
+            self._check()
+        seen = set()
+        for cm_id in ids:
+            if not isinstance(cm_id, CmId) or cm_id.channel is not self:
+                raise UsageError("destroy_ids takes ids of this channel, got %r" % (cm_id,))
+            if cm_id._state is _DESTROYED:
+                raise StateError("destroy_ids: id uid %d is already destroyed" % cm_id.uid)
+            if id(cm_id) in seen:
+                raise UsageError("destroy_ids: id uid %d is given twice" % cm_id.uid)
+            seen.add(id(cm_id))
+        if self._wait_first:  # a sync id's own channel: its destroy() closes the channel too
+            return [cm_id.destroy() for cm_id in ids]
+        out: List[int] = []
+        append = out.append
+        table, pool, fd, write = self._ids, self._destroy_replies, self._fd, self._write
+        pop = table.pop
+        try:
+            reply = pool.pop()
+        except IndexError:
+            reply = ReplyBuffer(_DESTROY_REPLY_SIZE)
+        address, u32 = reply.address, reply.u32
+        unacked = []
+        try:
+            for cm_id in ids:
+                data = _DESTROY_CMD(H_DESTROY, address, cm_id.handle, 0)
+                try:
+                    written = _device_write(fd, data) if fd >= 0 else write(data)
+                except OSError as e:
+                    raise self._refused(e, "DESTROY_ID", {}) from None
+                if written != _N_DESTROY:
+                    raise self._short(written, data, "DESTROY_ID")
+                append(u32[0])
+                cm_id._state = _DESTROYED
+                other = pop(cm_id.uid, None)
+                if other is not cm_id and other is not None:
+                    table[cm_id.uid] = other  # an adopted id shares its listener's uid
+                if cm_id._unacked:
+                    unacked.append(cm_id)
+        finally:
+            pool.append(reply)
+            if unacked:
+                warnings.warn(
+                    UnackedEventsWarning(
+                        "%d id(s) destroyed with %d event(s) not acked, uid %s (harmless here; librdmacm "
+                        "would block)" % (len(unacked), sum(i._unacked for i in unacked),
+                                          ", ".join(str(i.uid) for i in unacked[:8]) + (" ..." if len(unacked) > 8 else ""))
+                    ),
+                    stacklevel=2,
+                )
+        return out
+
     def _new_uid(self) -> int:
         uid = self._next_uid
         self._next_uid = uid + 1
         return uid
+
+
+def _acked(event: Event) -> Event:
+    """``event`` after ``event.ack()``, for get_events(ack=True)."""
+    event.ack()
+    return event
 
 
 _NOTHING = object()
@@ -823,6 +952,16 @@ def _qp_type_for(ps: abi.PortSpace, qp_type: Optional[int]) -> abi.QpType:
     if qp_type is not None:
         raise UsageError("qp_type is derived from the port space except for PortSpace.IB")
     return abi.QpType.RC if ps is abi.PortSpace.TCP else abi.QpType.UD
+
+
+def _port_space(ps: Any, qp_type: Optional[int]) -> Tuple[abi.PortSpace, abi.QpType]:
+    """The port space and QP type of a new id, checked (UsageError before any syscall)."""
+    if ps.__class__ is not _PortSpace:
+        try:
+            ps = _PortSpace(ps)
+        except ValueError:
+            raise UsageError("unknown port space %r: use PortSpace.TCP, UDP, IPOIB or IB" % (ps,)) from None
+    return ps, _qp_type_for(ps, qp_type)
 
 
 _PortSpace = abi.PortSpace
@@ -874,14 +1013,10 @@ class CmId:
         # Only what every id needs is set here.  What most ids share is not stored: ``ps``,
         # ``qp_type``, ``sync`` and ``context`` read as TCP, RC, False and None unless set;
         # ``_cache`` (the query answers, see query_addr) and ``_dst`` are set on first use.
-        if ps is not _PS_TCP:
-            if ps.__class__ is not _PortSpace:
-                try:
-                    ps = _PortSpace(ps)
-                except ValueError:
-                    raise UsageError(
-                        "unknown port space %r: use PortSpace.TCP, UDP, IPOIB or IB" % (ps,)
-                    ) from None
+        if ps is not _PS_TCP or qp_type is not None:
+            ps, qp = _port_space(ps, qp_type)
+        else:
+            qp = _QP_RC
         if channel is None:
             self._sync = True
             channel = EventChannel()
@@ -891,10 +1026,7 @@ class CmId:
             raise UsageError("channel must be an EventChannel or None, got %r" % (channel,))
         if channel._live != _PID:
             channel._check()
-        if qp_type is None and ps is _PS_TCP:
-            qp = _QP_RC
-        else:
-            qp = _qp_type_for(ps, qp_type)
+        if ps is not _PS_TCP or qp is not _QP_RC:
             self._ps = ps
             self._qp_type = qp
         if context is not None:

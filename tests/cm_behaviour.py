@@ -300,6 +300,55 @@ def test_create_id_makes_the_same_id_as_the_class(world: World):
         assert c.destroy() == 1 and a.destroy() == 0 and c not in ch.ids
 
 
+def test_many_ids_at_once(world: World):
+    """create_ids / get_events(ack=True) / destroy_ids: the bulk forms give what the
+    one-id calls give; refusals come before any syscall and leave every id as it was."""
+    with world.channel() as ch, world.channel() as other:
+        first = CmId(ch)
+        ids = ch.create_ids(5)
+        assert [i.uid for i in ids] == [2, 3, 4, 5, 6] and len({i.handle for i in ids} | {first.handle}) == 6
+        assert all((i.ps, i.qp_type, i.state, i.channel) == (PortSpace.TCP, QpType.RC, State.IDLE, ch) for i in ids)
+        assert ch.ids == [first] + ids and ch.create_ids(0) == []
+        udp = ch.create_ids(2, PortSpace.UDP)
+        assert [(i.ps, i.qp_type) for i in udp] == [(PortSpace.UDP, QpType.UD)] * 2
+        for bad in (-1, 2.0, "3"):
+            with pytest.raises(UsageError, match="n must be an int"):
+                ch.create_ids(bad)
+        with pytest.raises(UsageError, match="unknown port space"):
+            ch.create_ids(2, 0x999)
+        assert len(ch.ids) == 8
+        for i in ids:
+            i.resolve_addr(world.local, timeout_ms=2000)
+        evs: list = []
+        deadline = time.monotonic() + 10
+        while len(evs) < 5 and time.monotonic() < deadline:
+            evs += ch.get_events(8, timeout=1, ack=True)
+        assert sorted(e.id.uid for e in evs) == [i.uid for i in ids]
+        assert {e.event for e in evs} == {E.ADDR_RESOLVED} and all(i._unacked == 0 for i in ids)
+        # refused before any syscall: another channel's id, an id twice, a destroyed id
+        foreign = CmId(other)
+        with pytest.raises(UsageError, match="ids of this channel"):
+            ch.destroy_ids([ids[0], foreign])
+        with pytest.raises(UsageError, match="given twice"):
+            ch.destroy_ids([ids[0], ids[1], ids[0]])
+        first.destroy()
+        with pytest.raises(StateError, match="already destroyed"):
+            ch.destroy_ids([ids[0], first])
+        assert all(i.state is State.ADDR_RESOLVED for i in ids) and foreign.state is State.IDLE
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UnackedEventsWarning)  # all acked: no warning
+            assert ch.destroy_ids(ids) == [1] * 5
+        assert all(i.state is State.DESTROYED for i in ids) and ch.ids == udp
+        # events not acked: one warning for the lot
+        udp[0].resolve_addr(world.local, timeout_ms=2000)
+        assert wait(ch).id is udp[0]
+        with pytest.warns(UnackedEventsWarning, match="1 id\\(s\\) destroyed with 1 event"):
+            assert ch.destroy_ids(udp) == [1, 0]
+        assert ch.ids == [] and ch.destroy_ids([]) == []
+    with pytest.raises(StateError, match="closed"):
+        ch.create_ids(1)
+
+
 def test_two_readers_are_refused(world: World):
     with world.channel() as ch:
         errors: list = []

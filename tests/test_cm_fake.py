@@ -164,3 +164,29 @@ def test_a_connection_request_adopts_a_new_id_and_destroying_it_keeps_the_listen
         ev.ack()
         ev.id.destroy()
         assert listener.destroy() == 0 and ch.ids == []
+
+
+def test_create_ids_is_all_or_nothing():
+    """A refusal part-way (here the third CREATE_ID: ENOMEM) destroys the ids already made
+    and raises the kernel's errno; the channel goes on."""
+    from pyrdmacm.cm import EventChannel
+    from pyrdmacm.errors import KernelError
+
+    class Tight(FakeKernel):
+        left = 2
+
+        def _cmd_create_id(self, body, size_out):
+            if self.left == 0:
+                raise OSError(errno.ENOMEM, "no memory")
+            self.left -= 1
+            super()._cmd_create_id(body, size_out)
+
+    kernel = Tight(FakeNet())
+    with EventChannel(kernel) as ch:
+        with pytest.raises(KernelError) as exc:
+            ch.create_ids(5)
+        assert exc.value.errno == errno.ENOMEM and "CREATE_ID" in str(exc.value)
+        assert ch.ids == [] and kernel._ctx == {}
+        kernel.left = 3
+        ids = ch.create_ids(3)
+        assert len(ids) == 3 and len(kernel._ctx) == 3 and ch.ids == ids

@@ -28,7 +28,7 @@ def test_bench_runs_every_implementation(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     impls = result["impls"]
-    assert {"c", "pyrdmacm", "aio", "aio-many", "ctypes"} <= set(impls), (impls, proc.stderr)
+    assert {"c", "pyrdmacm", "batch", "aio", "aio-many", "ctypes"} <= set(impls), (impls, proc.stderr)
     assert result["runs"] == 1 and result["ns"] == [N] and result["kernel"]
     res = result["results"][str(N)]
     for impl in impls:

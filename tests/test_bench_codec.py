@@ -21,7 +21,7 @@ def bench_codec():
 
 def test_commands_measures_every_way_and_phase(bench_codec):
     res = bench_codec.commands(40, runs=1)
-    assert set(res) == {"bare", "pyrdmacm", "aio-many", "aio", "fake"}
+    assert set(res) == {"bare", "pyrdmacm", "batch", "aio-many", "aio", "fake"}
     for name, phases in res.items():
         assert set(phases) == set(bench_codec.PHASES) | {"total"}, name
         assert all(v > 0 and math.isfinite(v) for v in phases.values()), (name, phases)

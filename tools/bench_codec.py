@@ -10,12 +10,13 @@ Ratios are codec / hand-written; the target is at most 1.5x.
 
 ``--commands`` times the per-command Python cost of the benchmark's phases (tools/bench:
 create N ids, resolve_addr all then collect the events, resolve_route likewise, destroy
-all) without a kernel, five ways, per id and phase:
+all) without a kernel, six ways, per id and phase:
 
 * ``pyrdmacm`` over :class:`EchoKernel`, a transport that answers each command as rdma_cm
   would, as cheaply as Python can (the reply written at the command's response address);
 * ``bare``, the floor: a hand-written driver (struct.pack, one write per command, reply
   buffers reused, no checks) over the same transport;
+* ``batch``: pyrdmacm's calls for many ids (create_ids, get_events(ack=True), destroy_ids);
 * ``aio-many`` and ``aio``: the asyncio adapter over the same transport, with one future
   per phase (``resolve_addr_many``) and with a future per id and ``asyncio.gather``;
 * ``fake``: pyrdmacm over pyrdmacm.fake.FakeKernel, which decodes and validates every
@@ -135,6 +136,33 @@ def phases_pyrdmacm(transport, n, dst):
     return t
 
 
+def phases_batch(transport, n, dst):
+    """The blocking API's calls for many ids (tools/bench's ``batch``)."""
+    from pyrdmacm import EventChannel
+
+    ch = EventChannel(transport)
+    get = ch.get_events
+    t = [time.perf_counter()]
+    ids = ch.create_ids(n)
+    t.append(time.perf_counter())
+    for i in ids:
+        i.resolve_addr(dst, timeout_ms=2000)
+    got = 0
+    while got < n:
+        got += len(get(256, None, ack=True))
+    t.append(time.perf_counter())
+    for i in ids:
+        i.resolve_route(2000)
+    got = 0
+    while got < n:
+        got += len(get(256, None, ack=True))
+    t.append(time.perf_counter())
+    ch.destroy_ids(ids)
+    t.append(time.perf_counter())
+    ch.close()
+    return t
+
+
 def phases_aio(transport, n, dst, many):
     """The asyncio adapter: one batch future per phase (many) or a future per id + gather."""
     import asyncio
@@ -220,6 +248,7 @@ def commands(n, runs=5):
     results = {}
     for name, make, fn, dst in (("bare", EchoKernel, phases_bare, "10.0.0.2"),
                                 ("pyrdmacm", EchoKernel, phases_pyrdmacm, "10.0.0.2"),
+                                ("batch", EchoKernel, phases_batch, "10.0.0.2"),
                                 ("aio-many", EchoKernel, lambda t, n, d: phases_aio(t, n, d, True), "10.0.0.2"),
                                 ("aio", EchoKernel, lambda t, n, d: phases_aio(t, n, d, False), "10.0.0.2"),
                                 ("fake", fake_transport, phases_pyrdmacm, "10.0.0.2")):
@@ -244,7 +273,7 @@ def main_commands():
         return
     print("per-id us, N=%d, best of 5 (host, no kernel); pyrdmacm/bare = the library's overhead, "
           "many/py and aio/py = the asyncio adapter's batch and per-id futures against the blocking API" % n)
-    cols = ("bare", "pyrdmacm", "aio-many", "aio", "fake")
+    cols = ("bare", "pyrdmacm", "batch", "aio-many", "aio", "fake")
     print("%-14s" % "phase" + "".join("%10s" % c for c in cols) + "%14s%9s%9s" % ("pyrdmacm/bare", "many/py", "aio/py"))
     for p in PHASES + ("total",):
         py = res["pyrdmacm"][p]

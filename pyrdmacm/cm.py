@@ -622,10 +622,11 @@ class EventChannel:
                 if first is None:
                     return out
                 out.append(_acked(first) if ack else first)
-            write, data, view, ids, fd = self._write, self._b_get_event, self._event_view, self._ids, self._fd
+            data, view, ids = self._b_get_event, self._event_view, self._ids
             while len(out) < max_events:
                 try:
-                    if (_device_write(fd, data) if fd >= 0 else write(data)) <= 0:
+                    fd = self._fd  # read per command: a close() from another thread sets it to -1
+                    if (_device_write(fd, data) if fd >= 0 else self._write(data)) <= 0:
                         raise BlockingIOError
                 except (OSError, UsageError) as e:
                     if out:
@@ -793,25 +794,27 @@ class EventChannel:
             self._check()
         out: List[CmId] = []
         append = out.append
-        table, pool, fd, write = self._ids, self._create_replies, self._fd, self._write
+        table, pool = self._ids, self._create_replies
         try:
             reply = pool.pop()
         except IndexError:  # another thread has it
             reply = ReplyBuffer(_CREATE_REPLY_SIZE)
         address, u32 = reply.address, reply.u32
+        first = self._next_uid  # the block of uids taken at once (what n _create calls would take)
+        self._next_uid = first + n
         try:
-            for _ in range(n):
+            for uid in range(first, first + n):
                 cm_id = _new_object(CmId)
                 cm_id.channel = self
                 cm_id._state = _IDLE
                 cm_id._unacked = 0
                 if custom:
                     cm_id._ps, cm_id._qp_type = space, qp
-                uid = cm_id.uid = self._next_uid
-                self._next_uid = uid + 1
+                cm_id.uid = uid
                 data = _CREATE_CMD(H_CREATE, uid, address, space, qp, b"")
                 try:
-                    written = _device_write(fd, data) if fd >= 0 else write(data)
+                    fd = self._fd  # read per command: a close() from another thread sets it to -1
+                    written = _device_write(fd, data) if fd >= 0 else self._write(data)
                 except OSError as e:
                     raise self._refused(e, "CREATE_ID", {}) from None
                 if written != _N_CREATE:
@@ -830,6 +833,18 @@ class EventChannel:
         pool.append(reply)
         return out
 
+    def _destroy_refusal(self, ids: List[Any]) -> Exception:
+        seen = set()
+        for cm_id in ids:
+            if not isinstance(cm_id, CmId) or cm_id.channel is not self:
+                return UsageError("destroy_ids takes ids of this channel, got %r" % (cm_id,))
+            if cm_id._state is _DESTROYED:
+                return StateError("destroy_ids: id uid %d is already destroyed" % cm_id.uid)
+            if id(cm_id) in seen:
+                return UsageError("destroy_ids: id uid %d is given twice" % cm_id.uid)
+            seen.add(id(cm_id))
+        return UsageError("destroy_ids: %d ids that cannot be told apart" % len(ids))  # pragma: no cover
+
     def destroy_ids(self, ids: Iterable["CmId"]) -> List[int]:
         """Destroy many ids of this channel; their ``events_reported``, in order.
 
@@ -845,20 +860,18 @@ class EventChannel:
                         cm_id._state = _DESTROYED
                 raise StateError("destroy_ids: the event channel is closed (the kernel destroyed its ids then)")
             self._check()
-        seen = set()
-        for cm_id in ids:
-            if not isinstance(cm_id, CmId) or cm_id.channel is not self:
-                raise UsageError("destroy_ids takes ids of this channel, got %r" % (cm_id,))
-            if cm_id._state is _DESTROYED:
-                raise StateError("destroy_ids: id uid %d is already destroyed" % cm_id.uid)
-            if id(cm_id) in seen:
-                raise UsageError("destroy_ids: id uid %d is given twice" % cm_id.uid)
-            seen.add(id(cm_id))
+        try:  # one pass that only says yes or no; _destroy_refusal says what is wrong
+            ok = all([cm_id.channel is self and cm_id._state is not _DESTROYED for cm_id in ids])
+            ok = ok and len(set(ids)) == len(ids)
+        except (AttributeError, TypeError):
+            ok = False
+        if not ok:
+            raise self._destroy_refusal(ids)
         if self._wait_first:  # a sync id's own channel: its destroy() closes the channel too
             return [cm_id.destroy() for cm_id in ids]
         out: List[int] = []
         append = out.append
-        table, pool, fd, write = self._ids, self._destroy_replies, self._fd, self._write
+        table, pool = self._ids, self._destroy_replies
         pop = table.pop
         try:
             reply = pool.pop()
@@ -870,7 +883,8 @@ class EventChannel:
             for cm_id in ids:
                 data = _DESTROY_CMD(H_DESTROY, address, cm_id.handle, 0)
                 try:
-                    written = _device_write(fd, data) if fd >= 0 else write(data)
+                    fd = self._fd  # read per command: a close() from another thread sets it to -1
+                    written = _device_write(fd, data) if fd >= 0 else self._write(data)
                 except OSError as e:
                     raise self._refused(e, "DESTROY_ID", {}) from None
                 if written != _N_DESTROY:

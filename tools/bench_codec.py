@@ -149,13 +149,13 @@ def phases_batch(transport, n, dst):
         i.resolve_addr(dst, timeout_ms=2000)
     got = 0
     while got < n:
-        got += len(get(256, None, ack=True))
+        got += len(get(64, None, ack=True))
     t.append(time.perf_counter())
     for i in ids:
         i.resolve_route(2000)
     got = 0
     while got < n:
-        got += len(get(256, None, ack=True))
+        got += len(get(64, None, ack=True))
     t.append(time.perf_counter())
     ch.destroy_ids(ids)
     t.append(time.perf_counter())

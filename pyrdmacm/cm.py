@@ -909,11 +909,6 @@ class EventChannel:
                 )
         return out
 
-    def _new_uid(self) -> int:
-        uid = self._next_uid
-        self._next_uid = uid + 1
-        return uid
-
 
 def _acked(event: Event) -> Event:
     """``event`` after ``event.ack()``, for get_events(ack=True)."""
@@ -1568,7 +1563,7 @@ def _create(cm_id: CmId, channel: EventChannel, ps: abi.PortSpace, qp: abi.QpTyp
         reply = pool.pop()
     except IndexError:  # another thread has it
         reply = ReplyBuffer(_CREATE_REPLY_SIZE)
-    uid = cm_id.uid = channel._next_uid  # channel._new_uid(), inlined
+    uid = cm_id.uid = channel._next_uid
     channel._next_uid = uid + 1
     data = _CREATE_CMD(H_CREATE, uid, reply.address, ps, qp, b"")
     try:

@@ -178,8 +178,6 @@ def decode_ud(raw: bytes) -> UdParam:
 
 
 _TYPES = {int(t): t for t in abi.CmEventType}
-#: for the channel's fast path: the event type by number
-_EVENT_TYPES = _TYPES
 
 
 def _fast_event_struct() -> struct.Struct:

@@ -264,12 +264,23 @@ def commands(n, runs=5):
     return results
 
 
+def _n_arg(default):
+    return int(sys.argv[sys.argv.index("--n") + 1]) if "--n" in sys.argv else default
+
+
+def _json_out(obj):
+    """With --json: print ``obj`` as JSON and say so (the caller then prints no table)."""
+    if "--json" not in sys.argv:
+        return False
+    json.dump(obj, sys.stdout, indent=1)
+    print()
+    return True
+
+
 def main_commands():
-    n = int(sys.argv[sys.argv.index("--n") + 1]) if "--n" in sys.argv else 1000
+    n = _n_arg(1000)
     res = commands(n)
-    if "--json" in sys.argv:
-        json.dump({"n": n, "per_id_us": res}, sys.stdout, indent=1)
-        print()
+    if _json_out({"n": n, "per_id_us": res}):
         return
     print("per-id us, N=%d, best of 5 (host, no kernel); pyrdmacm/bare = the library's overhead, "
           "many/py and aio/py = the asyncio adapter's batch and per-id futures against the blocking API" % n)
@@ -340,18 +351,37 @@ def direct_pyrdmacm(n, dst):
     return t
 
 
+def floor_kit(dst):
+    """What the hand-written floor drives the commands with (tools/bench's floor worker on
+    rdma_cm and ``direct_bare`` here): a ``struct.Struct`` per command from the codecs'
+    formats, the event reply's head, one reply buffer reused, GET_EVENT packed once."""
+    from types import SimpleNamespace
+
+    from pyrdmacm.cm import H_GET_EVENT
+
+    reply = ctypes.create_string_buffer(CODECS["rdma_ucm_event_resp"].size)
+    addr = ctypes.addressof(reply)
+    return SimpleNamespace(
+        create=struct.Struct(CODECS["rdma_ucm_create_id"].format),
+        destroy=struct.Struct(CODECS["rdma_ucm_destroy_id"].format),
+        resolve=struct.Struct(CODECS["rdma_ucm_resolve_addr"].format),
+        route=struct.Struct(CODECS["rdma_ucm_resolve_route"].format),
+        head=struct.Struct("<QIIi"),  # uid, id, event, status: the head of rdma_ucm_event_resp
+        u32=struct.Struct("<I"),
+        storage=dst.pack_storage(), size=dst.size,
+        reply=reply, view=memoryview(reply).cast("B"), addr=addr,
+        get_event=H_GET_EVENT + struct.pack("<Q", addr),
+    )
+
+
 def direct_bare(n, dst):
     """The floor over the same device: tools/bench's hand-written driver."""
     from pyrdmacm.abi import CmEventType as E
-    from pyrdmacm.cm import H_CREATE, H_DESTROY, H_GET_EVENT, H_RESOLVE_ADDR, H_RESOLVE_ROUTE
+    from pyrdmacm.cm import H_CREATE, H_DESTROY, H_RESOLVE_ADDR, H_RESOLVE_ROUTE
 
-    create, destroy = struct.Struct(CODECS["rdma_ucm_create_id"].format), struct.Struct(CODECS["rdma_ucm_destroy_id"].format)
-    resolve, route = struct.Struct(CODECS["rdma_ucm_resolve_addr"].format), struct.Struct(CODECS["rdma_ucm_resolve_route"].format)
-    head, u32 = struct.Struct("<QIIi"), struct.Struct("<I")
-    storage, size = dst.pack_storage(), dst.size
-    reply = ctypes.create_string_buffer(CODECS["rdma_ucm_event_resp"].size)
-    view, addr = memoryview(reply).cast("B"), ctypes.addressof(reply)
-    get_event = H_GET_EVENT + struct.pack("<Q", addr)
+    k = floor_kit(dst)
+    create, destroy, resolve, route, head, u32 = k.create, k.destroy, k.resolve, k.route, k.head, k.u32
+    storage, size, view, addr, get_event = k.storage, k.size, k.view, k.addr, k.get_event
     put, write = _HEAD.pack_into, os.write
     dev = NullDevice()
     fd = dev.fd
@@ -398,11 +428,9 @@ def direct(n, runs=15):
 
 
 def main_direct():
-    n = int(sys.argv[sys.argv.index("--n") + 1]) if "--n" in sys.argv else 10000
+    n = _n_arg(10000)
     res = direct(n)
-    if "--json" in sys.argv:
-        json.dump({"n": n, "per_id_ns": res}, sys.stdout, indent=1)
-        print()
+    if _json_out({"n": n, "per_id_ns": res}):
         return
     print("ns per id, N=%d, fastest of 15 (host; writes are system calls on /dev/null)" % n)
     print("%-14s %9s %9s %9s" % ("phase", "bare", "pyrdmacm", "above"))

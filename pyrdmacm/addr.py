@@ -7,16 +7,27 @@ Theory of operation
 * ``"10.0.0.2"``, ``"10.0.0.2:7471"``, ``"fe80::1%eth0"``,
   ``"[fe80::1%eth0]:7471"``, ``"[2001:db8::1]:7471"``;
 * :mod:`ipaddress` objects (``IPv6Address("fe80::1%eth0")`` keeps its zone);
-* ``(host, port)`` tuples, and ``(host, port, flowinfo, scope_id)`` as
-  :mod:`socket` gives them for IPv6;
+* tuples as :mod:`socket` writes them: ``(host, port)`` for IPv4,
+  ``(host, port[, flowinfo[, scope_id]])`` for IPv6, where ``host`` is a
+  string (an IP address, with a zone if IPv6) or an :mod:`ipaddress` object
+  and every other member an ``int`` in range (``bool`` refused);
 * InfiniBand GIDs: ``"gid:fe80::2:c903:0:1"`` (optionally ``pkey=0xffff``,
   ``sid=...``) or :meth:`Address.ib`.
 
-A zone may be an interface name or a number; names become scope ids through
-``if_nametoindex`` in the caller's network namespace.  A link-local IPv6
-address without a zone is refused here, before any system call: the kernel
-would answer EINVAL for a source and guess the wrong interface for a
-destination.
+A zone is an interface name or an index written in ASCII decimal digits
+(``%eth0``, ``%2``); names become scope ids through ``if_nametoindex`` in the
+caller's network namespace.  Ports and GID options are numbers in ASCII
+decimal or ``0x`` hex: :func:`int` would also take other scripts' digits
+(``'\u0661'``), signs, spaces and underscores, which are refused here.  A
+link-local IPv6 address without a zone is refused here, before any system
+call: the kernel would answer EINVAL for a source and guess the wrong
+interface for a destination.
+
+Everything else -- a wrong type, a value out of range, a string longer than
+:data:`MAX_TEXT` -- raises :class:`~pyrdmacm.errors.UsageError` naming what
+was wrong; so do the :class:`Address` constructors, which check every field,
+so that packing never fails and no field is silently dropped (an AF_INET
+address with a scope id, an IPv6Address carrying a zone).
 
 :meth:`Address.pack_storage` gives the 128-byte ``__kernel_sockaddr_storage``
 of BIND / RESOLVE_ADDR, :meth:`Address.pack_in6` the 28-byte ``sockaddr_in6``
@@ -29,10 +40,11 @@ formats against the construct declarations.
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 import struct
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Optional, Tuple, Union
 
 from .errors import UsageError
 
@@ -58,16 +70,113 @@ _SCOPE64 = struct.Struct("<Q")
 _FAM = struct.Struct("<H")
 
 
-def _zone_index(zone: str) -> int:
-    if zone.isdigit():
-        return int(zone)
+_U16 = 0xFFFF
+_U32 = 0xFFFFFFFF
+_U64 = 0xFFFFFFFFFFFFFFFF
+_IP_TYPES = (ipaddress.IPv4Address, ipaddress.IPv6Address)
+
+# The longest address worth reading: "[<45-char IPv6>%<15-byte ifname>]:65535" is
+# 70 characters, a GID with both options and generous spacing about 100.
+MAX_TEXT = 256
+_IFNAMSIZ = 16  # the kernel's interface names: at most 15 bytes and a NUL
+_DIGITS = frozenset("0123456789")
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut short: messages never echo 100 kB of input."""
+    if isinstance(value, str) and len(value) > limit:
+        return repr(value[:limit]) + "... (%d characters)" % len(value)
+    try:
+        text = repr(value)
+    except Exception:  # a user's object with a broken __repr__
+        text = "<%s object>" % type(value).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _typed(value: Any) -> str:
+    """``str '80'``, ``NoneType None``: a value with its type, for messages."""
+    return "%s %s" % (type(value).__name__, _show(value))
+
+
+def _check_int(what: str, value: Any, hi: int, span: str, in_hex: bool = False) -> int:
+    """``value`` as an int in 0..hi (bool refused), or a UsageError naming ``what``."""
+    if value.__class__ is not int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise UsageError("%s must be an int in %s, got %s" % (what, span, _typed(value)))
+    if not 0 <= value <= hi:
+        shown = "%d (%#x)" % (value, value) if in_hex and value > 0 else "%d" % value
+        raise UsageError("%s %s is out of range: it must be in %s" % (what, shown, span))
+    return value
+
+
+def _ascii_number(s: str) -> Optional[int]:
+    """An unsigned number written in ASCII: decimal digits, or 0x and hex digits; else None."""
+    if s[:2] in ("0x", "0X"):
+        digits, base = s[2:], 16
+        ok = _HEX
+    else:
+        digits, base = s, 10
+        ok = _DIGITS
+    if not digits or not ok.issuperset(digits):
+        return None
+    return int(digits, base)
+
+
+def _as_ascii_digits(s: str) -> Optional[str]:
+    """``'٧٤٧١'`` -> ``'7471'``: a number in some other script's digits, in ASCII; else None."""
+    if s.isdecimal():
+        return "".join(str(int(c)) for c in s)
+    return None
+
+
+def _zone_index(zone: str, original: Any) -> int:
+    """A zone (``eth0``, ``2``) as a scope id; ``original`` is what the user wrote."""
+    shown = _show(original)
+    if not zone:
+        raise UsageError(
+            "empty zone after '%%' in %s: write the interface (fe80::1%%eth0) or its index, "
+            "or drop the '%%'" % shown
+        )
+    if len(zone) > 32:
+        raise UsageError(
+            "zone %s of %s is too long: a zone is an interface name (at most %d bytes) "
+            "or an ASCII decimal index" % (_show(zone, 20), shown, _IFNAMSIZ - 1)
+        )
+    if _DIGITS.issuperset(zone):
+        index = int(zone)
+        if index > _U32:
+            raise UsageError(
+                "zone index %s of %s is out of range: an interface index is 1..4294967295 (see `ip link`)"
+                % (zone, shown)
+            )
+        return index
+    try:
+        name = os.fsencode(zone)
+    except UnicodeError:
+        name = b""
+    if not name or len(name) >= _IFNAMSIZ or zone in (".", "..") or any(c in name for c in b"\0/: \t\n\r\v\f"):
+        raise UsageError(
+            "zone %r of %s is not a valid interface name (at most %d bytes; no NUL, '/', ':', "
+            "spaces or lone surrogates): write the interface (fe80::1%%eth0) or its index"
+            % (zone, shown, _IFNAMSIZ - 1)
+        )
     try:
         return socket.if_nametoindex(zone)
-    except OSError:
+    except (OSError, ValueError, UnicodeError):
+        pass
+    if zone.isdigit():  # digits, but not ASCII ones: '١', '１', '²'
+        ascii_form = _as_ascii_digits(zone)
+        fix = ""
+        if ascii_form is not None:
+            fix = " in ASCII digits (%s)" % str(original).replace("%" + zone, "%" + ascii_form, 1)
         raise UsageError(
-            "unknown zone %r: no such network interface in this network namespace "
-            "(see `ip link`; a zone is an interface name or index, as in fe80::1%%eth0)" % zone
-        ) from None
+            "zone %r of %s is neither an interface name nor an ASCII decimal index: "
+            "write the interface (fe80::1%%eth0) or its index%s" % (zone, shown, fix)
+        )
+    raise UsageError(
+        "unknown zone %r of %s: no such network interface in this network namespace "
+        "(see `ip link`; a zone is an interface name or index, as in fe80::1%%eth0)" % (zone, shown)
+    )
 
 
 def _zone_name(index: int) -> str:
@@ -75,6 +184,54 @@ def _zone_name(index: int) -> str:
         return socket.if_indextoname(index)
     except OSError:
         return str(index)
+
+
+# (type of ip, family given) -> the family, for the checks' fast path
+_FAST_FAMILY = {
+    (ipaddress.IPv4Address, 0): AF_INET,
+    (ipaddress.IPv4Address, AF_INET): AF_INET,
+    (ipaddress.IPv6Address, 0): AF_INET6,
+    (ipaddress.IPv6Address, AF_INET6): AF_INET6,
+    (ipaddress.IPv6Address, AF_IB): AF_IB,
+}
+
+
+def _gid(gid: Any) -> ipaddress.IPv6Address:
+    """What Address.ib takes as a GID, as an IPv6Address; anything else is a UsageError."""
+    what = "Address.ib gid"
+    if isinstance(gid, ipaddress.IPv6Address):
+        g = gid
+    elif isinstance(gid, str):
+        if len(gid) > 64:
+            raise UsageError(
+                "%s %s is too long: a GID is 128 bits written like an IPv6 address" % (what, _show(gid, 40))
+            )
+        try:
+            g = ipaddress.IPv6Address(gid)
+        except ValueError:
+            raise UsageError(
+                "%s %s is not a GID: write its 128 bits like an IPv6 address, e.g. 'fe80::2:c903:0:1'"
+                % (what, _show(gid))
+            ) from None
+    elif isinstance(gid, bytes):
+        if len(gid) != 16:
+            raise UsageError("%s must be 16 bytes when given as bytes, got %d" % (what, len(gid)))
+        g = ipaddress.IPv6Address(gid)
+    elif isinstance(gid, int) and not isinstance(gid, bool):
+        if not 0 <= gid < 1 << 128:
+            raise UsageError("%s %s is out of range: a GID is 128 bits" % (what, _show(gid)))
+        g = ipaddress.IPv6Address(gid)
+    else:
+        hint = ""
+        if isinstance(gid, ipaddress.IPv4Address):
+            hint = " (an IPv4 address's GID is its IPv4-mapped form, ::ffff:%s)" % gid
+        raise UsageError(
+            "%s must be an ipaddress.IPv6Address, its text, 16 bytes or an int, got %s%s"
+            % (what, _typed(gid), hint)
+        )
+    if g.scope_id:
+        raise UsageError("%s %s has a zone: a GID has none; drop the %%%s" % (what, _show(str(g)), g.scope_id))
+    return g
 
 
 @dataclass(frozen=True)
@@ -95,29 +252,94 @@ class Address:
     sid_mask: int = 0
 
     def __post_init__(self) -> None:
-        if not self.family:
-            object.__setattr__(self, "family", AF_INET if self.ip.version == 4 else AF_INET6)
-        if not 0 <= self.port <= 0xFFFF:
-            raise UsageError("port %d out of range: a port is 0..65535" % self.port)
-        if self.family == AF_INET and self.ip.version != 4:
-            raise UsageError("AF_INET address must be IPv4, got %s" % self.ip)
-        if self.family in (AF_INET6, AF_IB) and self.ip.version != 6:
-            raise UsageError("AF_INET6/AF_IB address must be 128 bits, got %s" % self.ip)
-        if not 0 <= self.scope_id <= 0xFFFFFFFF:
-            raise UsageError("scope id %d out of range" % self.scope_id)
-        if not 0 <= self.pkey <= 0xFFFF:
-            raise UsageError("pkey %#x out of range: a pkey is 16 bits" % self.pkey)
-        if not 0 <= self.flowinfo <= 0xFFFFFFFF:
-            raise UsageError("flowinfo %d out of range" % self.flowinfo)
+        # The common case in one expression (exact types, every field in range);
+        # anything else goes through _validate, which says what is wrong.
+        ip, port, scope, flow, pkey, sid, mask = (
+            self.ip, self.port, self.scope_id, self.flowinfo, self.pkey, self.sid, self.sid_mask)
+        fam = _FAST_FAMILY.get((ip.__class__, self.family)) if self.family.__class__ is int else None
+        if (
+            fam is not None
+            and port.__class__ is int and scope.__class__ is int and flow.__class__ is int
+            and pkey.__class__ is int and sid.__class__ is int and mask.__class__ is int
+            and 0 <= port <= _U16 and 0 <= scope <= _U32 and 0 <= flow <= _U32
+            and (
+                (fam == AF_IB and 0 <= pkey <= _U16 and 0 <= sid <= _U64 and 0 <= mask <= _U64)
+                or (not (pkey or sid or mask) and (fam == AF_INET6 or not (scope or flow)))
+            )
+            and (fam == AF_INET or not ip.scope_id)
+        ):
+            if fam != self.family:
+                object.__setattr__(self, "family", fam)
+            return
+        self._validate()
+
+    def _validate(self) -> None:
+        ip = self.ip
+        if not isinstance(ip, _IP_TYPES):
+            raise UsageError(
+                "Address ip must be an ipaddress.IPv4Address or IPv6Address, got %s: "
+                "use parse_address(...) for text, or ipaddress.ip_address(...)" % _typed(ip)
+            )
+        if ip.version == 6 and getattr(ip, "scope_id", None):
+            raise UsageError(
+                "Address ip %s carries a zone (%%%s) that the sockaddr cannot hold: give the plain "
+                "address and the zone as scope_id=, or use parse_address(%r)" % (_show(ip), ip.scope_id, str(ip))
+            )
+        family = self.family
+        if family.__class__ is not int and (isinstance(family, bool) or not isinstance(family, int)):
+            raise UsageError(
+                "Address family must be an int (AF_INET, AF_INET6 or AF_IB; 0 to take it from ip), got %s"
+                % _typed(family)
+            )
+        if family not in _FAMILY_BE:
+            if family:
+                raise UsageError(
+                    "Address family %s is not one rdma_cm takes: use AF_INET (2), AF_INET6 (10) or AF_IB (27), "
+                    "or 0 to take it from ip" % (family,)
+                )
+            family = AF_INET if ip.version == 4 else AF_INET6
+            object.__setattr__(self, "family", family)
+        _check_int("Address port", self.port, _U16, "0..65535")
+        _check_int("Address scope_id", self.scope_id, _U32, "0..4294967295 (an interface index)")
+        _check_int("Address flowinfo", self.flowinfo, _U32, "0..0xffffffff")
+        if family == AF_INET:
+            if ip.version != 4:
+                raise UsageError("AF_INET address must be IPv4, got %s: use AF_INET6 (or family 0)" % ip)
+            if self.scope_id or self.flowinfo:
+                raise UsageError(
+                    "Address %s is AF_INET, whose sockaddr_in has no scope_id or flowinfo (got %d, %d): "
+                    "give 0, or use an IPv6 address" % (ip, self.scope_id, self.flowinfo)
+                )
+        elif ip.version != 6:
+            raise UsageError(
+                "AF_INET6/AF_IB address must be 128 bits, got %s: use AF_INET for IPv4, or the "
+                "IPv4-mapped address ::ffff:%s" % (ip, ip)
+            )
+        _check_int("Address pkey", self.pkey, _U16, "0..0xffff (16 bits)", in_hex=True)
+        _check_int("Address sid", self.sid, _U64, "0..2**64-1 (64 bits)", in_hex=True)
+        _check_int("Address sid_mask", self.sid_mask, _U64, "0..2**64-1 (64 bits)", in_hex=True)
+        if family != AF_IB and (self.pkey or self.sid or self.sid_mask):
+            raise UsageError(
+                "Address %s: pkey, sid and sid_mask belong to AF_IB addresses only (got %#x, %#x, %#x): "
+                "use Address.ib(gid, pkey=..., sid=...)" % (ip, self.pkey, self.sid, self.sid_mask)
+            )
 
     # -- constructors
     @classmethod
     def ib(cls, gid: Any, *, pkey: int = 0xFFFF, sid: int = 0, sid_mask: Optional[int] = None) -> "Address":
-        """An AF_IB address: a GID, a partition key and an IB service id."""
-        g = ipaddress.IPv6Address(gid) if not isinstance(gid, ipaddress.IPv6Address) else gid
-        if not 0 <= sid <= 0xFFFFFFFFFFFFFFFF:
-            raise UsageError("service id %#x out of range: 64 bits" % sid)
-        mask = (0xFFFFFFFFFFFFFFFF if sid else 0) if sid_mask is None else sid_mask
+        """An AF_IB address: a GID, a partition key and an IB service id.
+
+        ``gid`` is an :class:`ipaddress.IPv6Address`, its text (``"fe80::2:c903:0:1"``),
+        its 16 bytes or its 128-bit int.  ``sid_mask`` defaults to all ones when a
+        ``sid`` is given.
+        """
+        g = _gid(gid)
+        _check_int("Address.ib sid", sid, _U64, "0..2**64-1 (64 bits)", in_hex=True)
+        if sid_mask is None:
+            mask = _U64 if sid else 0
+        else:
+            mask = _check_int("Address.ib sid_mask", sid_mask, _U64, "0..2**64-1 (64 bits)", in_hex=True)
+        _check_int("Address.ib pkey", pkey, _U16, "0..0xffff (16 bits)", in_hex=True)
         return cls(ip=g, family=AF_IB, pkey=pkey, sid=sid, sid_mask=mask, port=sid & 0xFFFF)
 
     # -- properties
@@ -167,6 +389,10 @@ class Address:
         return self.pack_sockaddr().ljust(SOCKADDR_IN6_SIZE, b"\0")
 
 
+#: What :func:`parse_address` takes (and so every call that takes an address).
+AddressLike = Union[Address, IPAddress, str, Tuple[Any, ...]]
+
+
 def unpack_sockaddr(buf: bytes) -> Optional[Address]:
     """Read a sockaddr (of any of the three families) from the start of ``buf``.
 
@@ -199,51 +425,150 @@ def unpack_sockaddr(buf: bytes) -> Optional[Address]:
     raise DecodeError("sockaddr", "unknown address family %d" % fam, 0)
 
 
-def _split_host_port(text: str) -> "tuple[str, Optional[int]]":
-    text = text.strip()
+def _text(value: str, what: str) -> str:
+    """A string to parse, stripped; too long or empty ones are refused."""
+    if len(value) > MAX_TEXT:
+        raise UsageError(
+            "%s %s is too long: an address is at most %d characters, as in '[fe80::1%%eth0]:7471' "
+            "or 'gid:fe80::2:c903:0:1 pkey=0xffff sid=0x1060000'" % (what, _show(value, 24), MAX_TEXT)
+        )
+    text = value.strip()
+    if not text:
+        raise UsageError(
+            "empty %s %s: write 10.0.0.2, 10.0.0.2:7471, fe80::1%%eth0, [2001:db8::1]:7471 or gid:..."
+            % (what, _show(value))
+        )
+    return text
+
+
+def _split_host_port(text: str, original: Any) -> "tuple[str, Optional[int]]":
     if text.startswith("["):
         end = text.find("]")
         if end < 0:
-            raise UsageError("unbalanced '[' in address %r (write [fe80::1%%eth0]:7471)" % text)
+            raise UsageError("unbalanced '[' in address %s (write [fe80::1%%eth0]:7471)" % _show(original))
         host, rest = text[1:end], text[end + 1 :]
         if not rest:
             return host, None
         if not rest.startswith(":"):
-            raise UsageError("expected ':PORT' after ']' in %r" % text)
-        return host, _port(rest[1:], text)
+            raise UsageError("expected ':PORT' after ']' in %s (write [2001:db8::1]:7471)" % _show(original))
+        return host, _port(rest[1:], original)
     if text.count(":") == 1:  # IPv4 (or name) with a port
         host, port = text.split(":")
-        return host, _port(port, text)
+        return host, _port(port, original)
     return text, None
 
 
-def _port(s: str, text: str) -> int:
-    try:
-        p = int(s, 0)
-    except ValueError:
-        raise UsageError("bad port %r in %r: a port is a number 0..65535" % (s, text)) from None
-    if not 0 <= p <= 0xFFFF:
-        raise UsageError("port %d out of range in %r: a port is 0..65535" % (p, text))
+def _port(s: str, original: Any) -> int:
+    """A port written in an address: ASCII decimal (leading zeros allowed) or 0x hex."""
+    p = _ascii_number(s)
+    if p is None:
+        ascii_form = _as_ascii_digits(s)
+        if ascii_form is not None:
+            raise UsageError(
+                "port %r of %s is not written in ASCII digits: write it as %s" % (s, _show(original), ascii_form)
+            )
+        raise UsageError(
+            "bad port %s in %s: a port is a number 0..65535, in ASCII decimal (7471) or hex (0x1d2f)"
+            % (_show(s, 20), _show(original))
+        )
+    if p > _U16:
+        raise UsageError("port %s out of range in %s: a port is 0..65535" % (_show(s, 20), _show(original)))
     return p
 
 
 def _ip(host: str, original: Any) -> "tuple[IPAddress, int]":
-    zone = ""
+    zone = None
     if "%" in host:
         host, zone = host.split("%", 1)
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
         raise UsageError(
-            "%r is not an IP address (write 10.0.0.2, fe80::1%%eth0, [2001:db8::1]:7471 or gid:...; "
-            "names are not resolved)" % (original,)
+            "%s is not an IP address (write 10.0.0.2, fe80::1%%eth0, [2001:db8::1]:7471 or gid:...; "
+            "names are not resolved)" % _show(original)
         ) from None
     scope = 0
-    if zone:
+    if zone is not None:
         if ip.version == 4:
-            raise UsageError("IPv4 address %s cannot have a zone (%%%s)" % (host, zone))
-        scope = _zone_index(zone)
+            raise UsageError(
+                "IPv4 address %s cannot have a zone (%s in %s): zones are for IPv6; drop the '%%...'"
+                % (host, _show(zone, 20), _show(original))
+            )
+        scope = _zone_index(zone, original)
     return ip, scope
+
+
+def _from_ip(value: IPAddress) -> "tuple[IPAddress, int]":
+    """An ipaddress object as (plain address, scope id): its zone, if any, looked up."""
+    zone = getattr(value, "scope_id", None)
+    if not zone:
+        return value, 0
+    return ipaddress.IPv6Address(value.packed), _zone_index(zone, str(value))
+
+
+def _member(value: "Tuple[Any, ...]", i: int, name: str, hi: int, span: str, shown: str, hint: str = "") -> int:
+    m = value[i]
+    what = "address tuple %s: %s (member %d)" % (shown, name, i + 1)
+    if m is None and hint:
+        raise UsageError("%s must be an int in %s, got None: %s" % (what, span, hint))
+    return _check_int(what, m, hi, span)
+
+
+_TUPLE_FORMS = "(host, port) for IPv4, (host, port[, flowinfo[, scope_id]]) for IPv6, as socket writes them"
+
+
+def _parse_tuple(value: "Tuple[Any, ...]") -> Address:
+    shown = _show(value, 80)
+    n = len(value)
+    if not 2 <= n <= 4:
+        raise UsageError(
+            "address tuple %s has %d member%s: write %s" % (shown, n, "" if n == 1 else "s", _TUPLE_FORMS)
+        )
+    host = value[0]
+    if isinstance(host, str):
+        try:
+            text = _text(host, "host")
+            if text[:4].lower() == "gid:":
+                raise UsageError(
+                    "%s is a GID, which has no tuple form: write 'gid:... sid=...' as one string, "
+                    "or use Address.ib(gid, sid=...)" % _show(host)
+                )
+            ip, scope = _ip(text, host)
+        except UsageError as e:
+            raise UsageError("address tuple %s: host (member 1): %s" % (shown, e)) from None
+    elif isinstance(host, _IP_TYPES):
+        try:
+            ip, scope = _from_ip(host)
+        except UsageError as e:
+            raise UsageError("address tuple %s: host (member 1): %s" % (shown, e)) from None
+    else:
+        hint = ""
+        if isinstance(host, (bytes, bytearray)):
+            hint = ": decode it (host.decode()), or give ipaddress.ip_address(...) for packed bytes"
+        elif isinstance(host, tuple):
+            hint = ": address tuples do not nest"
+        elif isinstance(host, Address):
+            hint = ": pass the Address alone, not in a tuple"
+        raise UsageError(
+            "address tuple %s: host (member 1) must be a str or an ipaddress object, got %s%s"
+            % (shown, _typed(host), hint)
+        )
+    port = _member(value, 1, "port", _U16, "0..65535", shown, "write 0 for any port")
+    if n > 2 and ip.version == 4:
+        raise UsageError(
+            "address tuple %s has %d members, but %s is IPv4: an IPv4 tuple is (host, port); "
+            "flowinfo and scope_id are IPv6's" % (shown, n, ip)
+        )
+    flow = _member(value, 2, "flowinfo", _U32, "0..0xffffffff", shown) if n > 2 else 0
+    if n == 4:
+        given = _member(value, 3, "scope_id", _U32, "0..4294967295 (an interface index)", shown)
+        if given and scope and given != scope:
+            raise UsageError(
+                "address tuple %s: scope_id (member 4) %d is not the host's zone (index %d): "
+                "give the zone once, in the host or as scope_id" % (shown, given, scope)
+            )
+        scope = given or scope
+    return Address(ip, port, scope, flow)
 
 
 def parse_address(value: Any, port: Optional[int] = None, *, require_zone: bool = True) -> Address:
@@ -251,37 +576,34 @@ def parse_address(value: Any, port: Optional[int] = None, *, require_zone: bool 
 
     ``port`` applies when the value carries none.  With ``require_zone`` (the
     default) a link-local IPv6 address without a zone raises
-    :class:`~pyrdmacm.errors.UsageError`.
+    :class:`~pyrdmacm.errors.UsageError`.  Anything that is not an address
+    raises :class:`~pyrdmacm.errors.UsageError` too, saying what was wrong.
     """
+    if port is not None:
+        _check_int("parse_address port", port, _U16, "0..65535")
     if isinstance(value, Address):
         addr = value
-    elif isinstance(value, (ipaddress.IPv4Address, ipaddress.IPv6Address)):
-        scope = 0
-        if isinstance(value, ipaddress.IPv6Address) and getattr(value, "scope_id", None):
-            scope = _zone_index(value.scope_id)  # type: ignore[arg-type]
-            value = ipaddress.IPv6Address(value.packed)
-        addr = Address(value, port or 0, scope)
+    elif isinstance(value, _IP_TYPES):
+        ip, scope = _from_ip(value)
+        addr = Address(ip, port or 0, scope)
     elif isinstance(value, tuple):
-        if len(value) not in (2, 4):
-            raise UsageError("an address tuple is (host, port) or (host, port, flowinfo, scope_id), got %r" % (value,))
-        base = parse_address(value[0], require_zone=False)
-        if not isinstance(value[1], int):
-            raise UsageError("port must be an int, got %r" % (value[1],))
-        flow, scope = (value[2], value[3]) if len(value) == 4 else (base.flowinfo, base.scope_id)
-        addr = Address(base.ip, value[1], scope or base.scope_id, flow, base.family, base.pkey, base.sid, base.sid_mask)
+        addr = _parse_tuple(value)
     elif isinstance(value, str):
-        text = value.strip()
-        if text.lower().startswith("gid:"):
+        text = _text(value, "address")
+        if text[:4].lower() == "gid:":
             return _parse_gid(text[4:], value)
-        host, p = _split_host_port(text)
+        host, p = _split_host_port(text, value)
         ip, scope = _ip(host, value)
         addr = Address(ip, p if p is not None else (port or 0), scope)
-    elif isinstance(value, bytes) and len(value) in (4, 16):
-        addr = Address(ipaddress.ip_address(value), port or 0)
     else:
+        hint = ""
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            hint = "; for text, decode it (value.decode()); for packed bytes, use ipaddress.ip_address(value)"
+        elif isinstance(value, list):
+            hint = "; for (host, port), write a tuple, not a list"
         raise UsageError(
-            "cannot use %r as an address: give a string ('10.0.0.2', 'fe80::1%%eth0'), "
-            "an ipaddress object, a (host, port) tuple or an Address" % (value,)
+            "cannot use %s as an address: give a string ('10.0.0.2', '10.0.0.2:7471', 'fe80::1%%eth0', "
+            "'gid:...'), an ipaddress object, a (host, port) tuple or an Address%s" % (_typed(value), hint)
         )
     if port is not None and not addr.port and addr.family != AF_IB:
         addr = Address(addr.ip, port, addr.scope_id, addr.flowinfo, addr.family)
@@ -291,7 +613,10 @@ def parse_address(value: Any, port: Optional[int] = None, *, require_zone: bool 
         and addr.ip.is_link_local
         and not addr.scope_id
     ):
-        raise missing_zone(addr.ip)
+        e = missing_zone(addr.ip)
+        if isinstance(value, tuple):
+            raise UsageError("address tuple %s: %s (or give its scope_id, the 4th member)" % (_show(value, 80), e))
+        raise e
     return addr
 
 
@@ -304,23 +629,39 @@ def missing_zone(ip: Any) -> UsageError:
 
 
 def _parse_gid(text: str, original: Any) -> Address:
+    shown = _show(original)
     parts = text.split()
     if not parts:
-        raise UsageError("empty GID in %r" % (original,))
-    kw = {"pkey": 0xFFFF, "sid": 0}
+        raise UsageError("empty GID in %s (write gid:fe80::2:c903:0:1 pkey=0xffff sid=0x1060000)" % shown)
+    kw: "dict[str, int]" = {}
     for p in parts[1:]:
         k, _, v = p.partition("=")
-        if k not in kw or not v:
-            raise UsageError("unknown GID option %r in %r (use pkey=0xffff sid=0x...)" % (p, original))
-        try:
-            kw[k] = int(v, 0)
-        except ValueError:
-            raise UsageError("bad number %r for %s in %r" % (v, k, original)) from None
+        if k not in ("pkey", "sid") or not v:
+            raise UsageError("unknown GID option %s in %s (use pkey=0xffff sid=0x...)" % (_show(p, 20), shown))
+        if k in kw:
+            raise UsageError("%s given twice in %s: give each option once" % (k, shown))
+        n = _ascii_number(v)
+        if n is None:
+            ascii_form = _as_ascii_digits(v)
+            if ascii_form is not None:
+                raise UsageError(
+                    "%s=%r in %s is not written in ASCII digits: write %s=%s" % (k, v, shown, k, ascii_form)
+                )
+            raise UsageError(
+                "bad number %s for %s in %s: write it in ASCII decimal or 0x hex (pkey=0xffff sid=0x1060000)"
+                % (_show(v, 20), k, shown)
+            )
+        hi, span = (_U16, "16 bits (0..0xffff)") if k == "pkey" else (_U64, "64 bits")
+        if n > hi:
+            raise UsageError("%s=%s in %s is out of range: a %s is %s" % (k, _show(v, 20), shown, k, span))
+        kw[k] = n
+    if "%" in parts[0]:
+        raise UsageError("GID %s in %s has a zone: a GID has none; drop the '%%...'" % (_show(parts[0]), shown))
     try:
         gid = ipaddress.IPv6Address(parts[0])
     except ValueError:
-        raise UsageError("%r is not a GID (128 bits written like an IPv6 address)" % parts[0]) from None
-    return Address.ib(gid, pkey=kw["pkey"], sid=kw["sid"])
+        raise UsageError("%s is not a GID (128 bits written like an IPv6 address)" % _show(parts[0])) from None
+    return Address.ib(gid, pkey=kw.get("pkey", 0xFFFF), sid=kw.get("sid", 0))
 
 
 def same_family(a: Address, b: Address) -> bool:

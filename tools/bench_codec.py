@@ -354,14 +354,22 @@ def direct_pyrdmacm(n, dst):
 def floor_kit(dst):
     """What the hand-written floor drives the commands with (tools/bench's floor worker on
     rdma_cm and ``direct_bare`` here): a ``struct.Struct`` per command from the codecs'
-    formats, the event reply's head, one reply buffer reused, GET_EVENT packed once."""
+    formats, each command's rdma_ucm_cmd_hdr (from pyrdmacm.abi's command table, not from
+    the library's internals), the event reply's head, one reply buffer reused, GET_EVENT
+    packed once."""
     from types import SimpleNamespace
 
-    from pyrdmacm.cm import H_GET_EVENT
+    cmd = abi.UserCmCmd
+
+    def header(c):  # rdma_ucm_cmd_hdr: cmd, in (body size), out (reply size)
+        body, reply = abi.COMMANDS[c]
+        return struct.pack("<IHH", int(c), body.sizeof(), reply.sizeof() if reply is not None else 0)
 
     reply = ctypes.create_string_buffer(CODECS["rdma_ucm_event_resp"].size)
     addr = ctypes.addressof(reply)
     return SimpleNamespace(
+        h_create=header(cmd.CREATE_ID), h_destroy=header(cmd.DESTROY_ID),
+        h_resolve_addr=header(cmd.RESOLVE_ADDR), h_resolve_route=header(cmd.RESOLVE_ROUTE),
         create=struct.Struct(CODECS["rdma_ucm_create_id"].format),
         destroy=struct.Struct(CODECS["rdma_ucm_destroy_id"].format),
         resolve=struct.Struct(CODECS["rdma_ucm_resolve_addr"].format),
@@ -370,16 +378,16 @@ def floor_kit(dst):
         u32=struct.Struct("<I"),
         storage=dst.pack_storage(), size=dst.size,
         reply=reply, view=memoryview(reply).cast("B"), addr=addr,
-        get_event=H_GET_EVENT + struct.pack("<Q", addr),
+        get_event=header(cmd.GET_EVENT) + struct.pack("<Q", addr),
     )
 
 
 def direct_bare(n, dst):
     """The floor over the same device: tools/bench's hand-written driver."""
     from pyrdmacm.abi import CmEventType as E
-    from pyrdmacm.cm import H_CREATE, H_DESTROY, H_RESOLVE_ADDR, H_RESOLVE_ROUTE
 
     k = floor_kit(dst)
+    h_create, h_destroy, h_resolve_addr, h_resolve_route = k.h_create, k.h_destroy, k.h_resolve_addr, k.h_resolve_route
     create, destroy, resolve, route, head, u32 = k.create, k.destroy, k.resolve, k.route, k.head, k.u32
     storage, size, view, addr, get_event = k.storage, k.size, k.view, k.addr, k.get_event
     put, write = _HEAD.pack_into, os.write
@@ -389,11 +397,11 @@ def direct_bare(n, dst):
     t = [time.perf_counter()]
     handles = []
     for uid in range(1, n + 1):
-        write(fd, H_CREATE + create.pack(uid, addr, 0x106, 2, b""))
+        write(fd, h_create + create.pack(uid, addr, 0x106, 2, b""))
         handles.append(u32.unpack_from(view)[0])
     t.append(time.perf_counter())
     for h in handles:
-        write(fd, H_RESOLVE_ADDR + resolve.pack(h, 2000, 0, size, 0, b"", storage))
+        write(fd, h_resolve_addr + resolve.pack(h, 2000, 0, size, 0, b"", storage))
     t.append(time.perf_counter())
     for code in (int(E.ADDR_RESOLVED), int(E.ROUTE_RESOLVED)):
         for uid in range(1, n + 1):
@@ -404,10 +412,10 @@ def direct_bare(n, dst):
         t.append(time.perf_counter())
         if code == int(E.ADDR_RESOLVED):
             for h in handles:
-                write(fd, H_RESOLVE_ROUTE + route.pack(h, 2000))
+                write(fd, h_resolve_route + route.pack(h, 2000))
             t.append(time.perf_counter())
     for h in handles:
-        write(fd, H_DESTROY + destroy.pack(addr, h, 0))
+        write(fd, h_destroy + destroy.pack(addr, h, 0))
     t.append(time.perf_counter())
     dev.close()
     return t

@@ -41,3 +41,29 @@ def test_bench_runs_every_implementation(tmp_path):
         assert ratio == pytest.approx(res[phase]["per_id_us"]["pyrdmacm"] / res[phase]["per_id_us"]["c"])
     rows = [r for r in result["raw"] if r["impl"] != "cmtime"]
     assert all(r["n"] == N and not r["failures"] for r in rows)
+
+
+def test_bench_baseline_head_runs_beside_the_tree(tmp_path):
+    """--baseline HEAD: HEAD's package extracted (into scratch: the guest cannot write the
+    checkout), run as the 'baseline' implementation in the same rounds, compared per phase."""
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "bench"), "--baseline", "HEAD", "--impl", "pyrdmacm", "--n", str(N),
+         "--runs", "2", "--no-memory", "--no-startup", "--json", str(out), "--quiet"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["impls"] == ["pyrdmacm", "baseline"]
+    base = result["baseline"]
+    assert base["rev"] == "HEAD" and len(base["sha"]) == 40
+    res = result["results"][str(N)]
+    assert res["runs"] == {"pyrdmacm": 2, "baseline": 2} and not any(res["failures"].values()), result["raw"]
+    cmp_ = base["compare"][str(N)]
+    for phase in PHASES:
+        row = cmp_[phase]
+        assert row["current"] == pytest.approx(res[phase]["per_id_us"]["pyrdmacm"])
+        assert row["baseline"] == pytest.approx(res[phase]["per_id_us"]["baseline"])
+        assert row["ratio"] == pytest.approx(row["current"] / row["baseline"])
+        assert len(row["round_ratios"]) == 2 and row["spread"][0] <= row["spread"][1]
+        assert row["verdict"] == "within spread" or "(beyond spread)" in row["verdict"], row

@@ -47,12 +47,15 @@ class Codec:
     :meth:`index` once to find a field's position.
     """
 
-    __slots__ = ("name", "names", "size", "format", "_s", "_be", "unpack_from", "unpack", "pack", "pack_into")
+    __slots__ = ("name", "names", "offsets", "size", "format", "_s", "_be", "unpack_from", "unpack", "pack",
+                 "pack_into")
 
     def __init__(self, name: str, fmt: str, names: Sequence[str], be: Sequence[Tuple[int, int]]) -> None:
         self.name = name
         self.format = fmt
         self.names = tuple(names)
+        #: each field's offset in bytes, in declaration order (as ``offsetof``)
+        self.offsets = _offsets(fmt)
         self._s = s = struct.Struct(fmt)
         self.size = s.size
         self._be = tuple(be)
@@ -100,6 +103,10 @@ class Codec:
     def index(self, name: str) -> int:
         return self.names.index(name)
 
+    def offset(self, name: str) -> int:
+        """``offsetof(struct, name)`` for a (dotted) field name."""
+        return self.offsets[self.names.index(name)]
+
     def unpack_dict(self, buf: Any, offset: int = 0) -> Dict[str, Any]:
         return dict(zip(self.names, self.unpack_from(buf, offset)))
 
@@ -121,6 +128,28 @@ class Codec:
 
     def __repr__(self) -> str:
         return "<Codec %s %r %d bytes>" % (self.name, self.format, self.size)
+
+
+def _offsets(fmt: str) -> Tuple[int, ...]:
+    """The byte offset of each field of a flat ``<`` format (pad bytes take room, no field)."""
+    out: List[int] = []
+    pos, num = 0, ""
+    for ch in fmt[1:]:
+        if ch.isdigit():
+            num += ch
+            continue
+        n = int(num or 1)
+        num = ""
+        if ch == "x":
+            pos += n
+        elif ch == "s":
+            out.append(pos)
+            pos += n
+        else:
+            for _ in range(n):
+                out.append(pos)
+                pos += struct.calcsize("<" + ch)
+    return tuple(out)
 
 
 def _format_items(fmt: str) -> List[str]:
@@ -202,8 +231,8 @@ def derive(name: str, con: Struct) -> Codec:
     return c
 
 
-#: A codec for every struct of the ABI, by kernel name.
-CODECS: Dict[str, Codec] = {name: derive(name, con) for name, con in abi.STRUCTS.items()}
+#: A codec for every layout of the ABI layer (kernel structs and wire formats), by name.
+CODECS: Dict[str, Codec] = {name: derive(name, con) for name, con in abi.LAYOUTS.items()}
 
 
 def codec(name: str) -> Codec:

@@ -626,6 +626,50 @@ STRUCTS = {
 STRUCTS["__kernel_sockaddr_storage"] = __kernel_sockaddr_storage
 del STRUCTS["rdma_ucm_leave_mcast"]  # an alias, not a kernel struct
 
+#: Wire formats that are no struct of a kernel header, declared here all the same so that
+#: nothing outside the ABI layer spells a size or an offset.
+#:
+#: ``ib_sa_path_rec``: the IBTA SA PathRecord as ``ib_path_rec_data.path_rec`` carries it
+#: (64 bytes, big-endian; IBTA 15.2.5.16).  Sub-byte fields share a word and are split by
+#: :mod:`pyrdmacm.wire`: ``raw_flow_hop`` is RawTraffic(1) Reserved(3) FlowLabel(20)
+#: HopLimit(8); ``reversible_numb_path`` Reversible(1) NumbPath(7); ``qos_sl`` QosClass(12)
+#: SL(4); ``mtu``, ``rate``, ``packet_life_time``: Selector(2) Value(6).
+ib_sa_path_rec = Struct(
+    "service_id" / Int64ub,
+    "dgid" / Bytes(16),
+    "sgid" / Bytes(16),
+    "dlid" / Int16ub,
+    "slid" / Int16ub,
+    "raw_flow_hop" / Int32ub,
+    "tclass" / Int8ul,
+    "reversible_numb_path" / Int8ul,
+    "pkey" / Int16ub,
+    "qos_sl" / Int16ub,
+    "mtu" / Int8ul,
+    "rate" / Int8ul,
+    "packet_life_time" / Int8ul,
+    "preference" / Int8ul,
+    "reserved" / Bytes(6),
+)
+
+#: ``struct nlmsghdr`` and ``struct nlattr`` (``<linux/netlink.h>``), host order: the one
+#: RDMA netlink request the device layer makes without pyroute2 (GET_CHARDEV).
+nlmsghdr = Struct(
+    "nlmsg_len" / Int32ul,
+    "nlmsg_type" / Int16ul,
+    "nlmsg_flags" / Int16ul,
+    "nlmsg_seq" / Int32ul,
+    "nlmsg_pid" / Int32ul,
+)
+nlattr = Struct(
+    "nla_len" / Int16ul,
+    "nla_type" / Int16ul,
+)
+
+WIRE_FORMATS = {"ib_sa_path_rec": ib_sa_path_rec, "nlmsghdr": nlmsghdr, "nlattr": nlattr}
+#: Every layout the codecs are derived from: the kernel's structs and the wire formats.
+LAYOUTS = {**STRUCTS, **WIRE_FORMATS}
+
 #: command -> (body struct, reply struct or None).  Variable-length replies
 #: (QUERY PATH / IB_SERVICE) name their fixed head; GET_OPTION has no body.
 COMMANDS = {

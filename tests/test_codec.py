@@ -34,7 +34,7 @@ def _lookup(parsed, dotted):
 @given(data=st.data())
 def test_codec_agrees_with_construct(name, data):
     codec = CODECS[name]
-    con = abi.STRUCTS[name]
+    con = abi.LAYOUTS[name]
     raw = data.draw(st.binary(min_size=codec.size, max_size=codec.size))
     values = codec.unpack(raw)
     # the codec round-trips every byte
@@ -61,7 +61,7 @@ def test_codec_agrees_with_construct(name, data):
 @pytest.mark.parametrize("name", sorted(HAS_UNION))
 def test_union_blob_is_the_right_bytes(name):
     codec = CODECS[name]
-    con = abi.STRUCTS[name]
+    con = abi.LAYOUTS[name]
     raw = bytes(range(256)) * 2
     raw = raw[: codec.size]
     v = codec.unpack_dict(raw)

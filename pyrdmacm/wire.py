@@ -1,0 +1,323 @@
+"""Every ucma command as bytes, every reply as values: the wire layer, with no I/O.
+
+Theory of operation
+-------------------
+A command is one ``write()`` of ``rdma_ucm_cmd_hdr`` (``cmd``, ``in`` = the
+body's size, ``out`` = the reply buffer's size) followed by the body.  For each
+command of :data:`pyrdmacm.abi.COMMANDS` this module has a :class:`Command`:
+its header bytes, made once, and one ``struct.Struct`` that packs header and
+body together (one call, no concatenation), derived from the body's
+declaration -- so no size or offset is written here that the ABI layer does not
+declare.  Replies are decoded by the functions below into the objects of
+:mod:`pyrdmacm.records` and :mod:`pyrdmacm.addr`.
+
+The commands whose reply has a variable length (QUERY PATH) or that librdmacm
+sends with a reply buffer of its own size say so in their constructor.
+
+RDMA netlink's GET_CHARDEV request, which the device layer sends without
+pyroute2, is built and read here too (:func:`chardev_request`,
+:func:`parse_chardev_reply`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+
+from . import abi
+from ._codec import CODECS, Codec, _format_items
+from .addr import Address, unpack_sockaddr
+from .records import PathRecord
+
+__all__ = [
+    "Command",
+    "COMMAND",
+    "HEADER",
+    "header",
+    "QUERY_PATH_MAX",
+    "QUERY_PATH_REPLY_SIZE",
+    "AddrReply",
+    "addr_reply",
+    "route_reply",
+    "path_records",
+    "decode_path_record",
+    "addr_reply_prefill",
+    "route_reply_prefill",
+    "NO_INDEX",
+    "chardev_request",
+    "parse_chardev_reply",
+    "decode_huge_dev",
+]
+
+C = abi.UserCmCmd
+HEADER: Codec = CODECS["rdma_ucm_cmd_hdr"]
+
+#: librdmacm's QUERY PATH buffer holds 6 path records (its ``ucma_query_path``).
+QUERY_PATH_MAX = 6
+_PATH_HEAD = CODECS["rdma_ucm_query_path_resp"]
+_PATH_DATA = CODECS["ib_path_rec_data"]
+QUERY_PATH_REPLY_SIZE = _PATH_HEAD.size + QUERY_PATH_MAX * _PATH_DATA.size
+#: ``ibdev_index`` when the kernel did not write one (kernels before 5.8): librdmacm's -1
+NO_INDEX = 0xFFFFFFFF
+
+
+def header(cmd: int, size_in: int, size_out: int = 0) -> bytes:
+    """``rdma_ucm_cmd_hdr`` for a command of ``size_in`` body bytes and a reply buffer of ``size_out``."""
+    return HEADER.pack(cmd, size_in, size_out)
+
+
+class Command:
+    """One command: its number, body and reply layouts, header bytes, and a packer.
+
+    ``encode(*fields)`` gives header + body for the body's fields in declaration
+    order (:attr:`fields`); ``pack(header, *fields)`` is the same with the header
+    passed in, the cheapest form (a bare ``struct.Struct.pack``) for the hot paths.
+    """
+
+    __slots__ = ("cmd", "name", "body", "reply", "out", "header", "size", "fields", "pack", "_be")
+
+    def __init__(self, cmd: abi.UserCmCmd, out: Optional[int] = None, reply: Optional[str] = None) -> None:
+        body_con, reply_con = abi.COMMANDS[cmd]
+        assert body_con is not None, "GET_OPTION has no body: the kernel answers ENOSYS"
+        self.cmd = cmd
+        self.name = cmd.name
+        self.body = _codec_of(body_con)
+        self.reply = CODECS[reply] if reply else (_codec_of(reply_con) if reply_con is not None else None)
+        self.out = out if out is not None else (self.reply.size if self.reply is not None else 0)
+        self.header = header(cmd, self.body.size, self.out)
+        self.size = len(self.header) + self.body.size
+        self.fields = self.body.names
+        self._be = bool(self.body._be)
+        if not self._be:
+            self.pack = struct.Struct("<%ds%s" % (len(self.header), self.body.format[1:])).pack
+        else:
+            self.pack = self._pack_be
+
+    def _pack_be(self, hdr: bytes, *fields: Any) -> bytes:
+        return hdr + self.body.pack(*fields)
+
+    def encode(self, *fields: Any) -> bytes:
+        """Header + body, the body's fields given in declaration order."""
+        return self.pack(self.header, *fields)
+
+    def head(self, n: int) -> "Tuple[Callable[..., bytes], int]":
+        """A packer of the header and the body's first ``n`` fields (``pack(header, *fields)``),
+        and how many body bytes those fields take: for a command whose other fields repeat
+        (many ids resolving one destination), packed as head + a tail made once."""
+        assert not self._be and 0 < n < len(self.fields)
+        items = _format_items(self.body.format)[:n]
+        head = struct.Struct("<%ds%s" % (len(self.header), "".join(items)))
+        taken = head.size - len(self.header)
+        assert taken == self.body.offsets[n], "padding inside the head of %s" % self.name
+        return head.pack, taken
+
+    def encode_dict(self, values: Dict[str, Any]) -> bytes:
+        """Header + body from ``{field: value}``; fields not given are zero."""
+        return self.header + self.body.pack_dict(values)
+
+    def __repr__(self) -> str:
+        return "<Command %s in %d out %d>" % (self.name, self.body.size, self.out)
+
+
+_BY_CON = {id(con): name for name, con in abi.STRUCTS.items()}
+
+
+def _codec_of(con: Any) -> Codec:
+    return CODECS[_BY_CON[id(con)]]
+
+
+def _commands() -> Dict[str, Command]:
+    out: Dict[str, Command] = {}
+    for cmd in abi.COMMANDS:
+        if cmd is C.GET_OPTION:
+            continue
+        if cmd is C.QUERY:
+            out["QUERY_ADDR"] = Command(cmd, reply="rdma_ucm_query_addr_resp")  # ADDR and GID
+            out["QUERY_PATH"] = Command(cmd, out=QUERY_PATH_REPLY_SIZE)
+            continue
+        out[cmd.name] = Command(cmd)
+    return out
+
+
+#: Every command, by its name (``"CREATE_ID"``, ...; QUERY as ``QUERY_ADDR`` for the ADDR
+#: and GID options and ``QUERY_PATH`` for PATH, whose reply sizes differ).
+COMMAND: Dict[str, Command] = _commands()
+
+
+# --------------------------------------------------------------------------- replies
+
+_ADDR = CODECS["rdma_ucm_query_addr_resp"]
+_ROUTE = CODECS["rdma_ucm_query_route_resp"]
+
+
+class AddrReply(NamedTuple):
+    """QUERY ADDR / GID, or QUERY_ROUTE, decoded: the device is named by the caller."""
+
+    node_guid: int
+    port_num: int
+    pkey: int
+    src: Optional[Address]
+    dst: Optional[Address]
+    ibdev_index: Optional[int]  #: None when the kernel wrote none (before 5.8)
+
+
+def _prefill(codec: Codec) -> bytes:
+    """The reply buffer's contents before the command: ``ibdev_index`` -1, the rest zero, so
+    that a kernel that does not write the field (before 5.8) leaves -1 there (librdmacm's
+    test for old kernels)."""
+    off = codec.offset("ibdev_index")
+    return bytes(off) + NO_INDEX.to_bytes(4, "little") + bytes(codec.size - off - 4)
+
+
+def addr_reply_prefill() -> bytes:
+    return _ADDR_PREFILL
+
+
+def route_reply_prefill() -> bytes:
+    return _ROUTE_PREFILL
+
+
+_ADDR_PREFILL = _prefill(_ADDR)
+_ROUTE_PREFILL = _prefill(_ROUTE)
+_ADDR_I = {n: i for i, n in enumerate(_ADDR.names)}
+_ROUTE_I = {n: i for i, n in enumerate(_ROUTE.names)}
+
+
+def addr_reply(buf: Any) -> AddrReply:
+    """``rdma_ucm_query_addr_resp`` (QUERY ADDR and GID)."""
+    v = _ADDR.unpack_from(buf)
+    i = _ADDR_I
+    index = v[i["ibdev_index"]]
+    return AddrReply(
+        v[i["node_guid"]],
+        v[i["port_num"]],
+        v[i["pkey"]],
+        unpack_sockaddr(v[i["src_addr"]]) if v[i["src_size"]] else None,
+        unpack_sockaddr(v[i["dst_addr"]]) if v[i["dst_size"]] else None,
+        None if index == NO_INDEX else index,
+    )
+
+
+def route_reply(buf: Any) -> AddrReply:
+    """``rdma_ucm_query_route_resp`` (QUERY_ROUTE, kernels before 3.11): the same facts."""
+    v = _ROUTE.unpack_from(buf)
+    i = _ROUTE_I
+    index = v[i["ibdev_index"]]
+    return AddrReply(
+        v[i["node_guid"]],
+        v[i["port_num"]],
+        v[i["ib_route[0].pkey"]],
+        unpack_sockaddr(v[i["src_addr"]]),
+        unpack_sockaddr(v[i["dst_addr"]]),
+        None if index == NO_INDEX else index,
+    )
+
+
+_SA_PATH = CODECS["ib_sa_path_rec"]
+
+
+def decode_path_record(flags: int, rec: bytes) -> PathRecord:
+    """One ``ib_path_rec_data``'s record (IBTA wire format) with its ``IB_PATH_*`` flags."""
+    (sid, dgid, sgid, dlid, slid, raw_flow_hop, tclass, rn, pkey, qos_sl, mtu, rate, plt, pref,
+     _reserved) = _SA_PATH.unpack_from(rec)
+    return PathRecord(
+        flags,
+        sid,
+        ipaddress.IPv6Address(dgid),
+        ipaddress.IPv6Address(sgid),
+        dlid,
+        slid,
+        raw_flow_hop >> 31,
+        (raw_flow_hop >> 8) & 0xFFFFF,
+        raw_flow_hop & 0xFF,
+        tclass,
+        rn >> 7,
+        rn & 0x7F,
+        pkey,
+        qos_sl & 0xF,
+        mtu >> 6,
+        mtu & 0x3F,
+        rate >> 6,
+        rate & 0x3F,
+        plt >> 6,
+        plt & 0x3F,
+        pref,
+    )
+
+
+_PATH_NUM = _PATH_HEAD.index("num_paths")
+_PATH_FLAGS = _PATH_DATA.index("flags")
+_PATH_REC = _PATH_DATA.index("path_rec")
+
+
+def path_records(raw: Any) -> List[PathRecord]:
+    """A QUERY PATH reply: ``rdma_ucm_query_path_resp`` and its ``num_paths`` records (at
+    most what the buffer holds)."""
+    num = min(_PATH_HEAD.unpack_from(raw)[_PATH_NUM], (len(raw) - _PATH_HEAD.size) // _PATH_DATA.size)
+    out = []
+    for k in range(num):
+        v = _PATH_DATA.unpack_from(raw, _PATH_HEAD.size + k * _PATH_DATA.size)
+        out.append(decode_path_record(v[_PATH_FLAGS], v[_PATH_REC]))
+    return out
+
+
+# --------------------------------------------------------------------------- RDMA netlink GET_CHARDEV
+
+NETLINK_RDMA = 20
+RDMA_NL_NLDEV = 5
+RDMA_NLDEV_CMD_GET_CHARDEV = 15
+NLMSG_ERROR = 2
+NLM_F_REQUEST = 1
+ATTR_DEV_INDEX = 1
+ATTR_CHARDEV_TYPE, ATTR_CHARDEV_NAME, ATTR_CHARDEV_ABI, ATTR_CHARDEV = 69, 70, 71, 72
+_NLMSG = CODECS["nlmsghdr"]
+_NLA = CODECS["nlattr"]
+_U64 = struct.Struct("=Q")
+_U32 = struct.Struct("=I")
+
+
+def _nla(kind: int, payload: bytes) -> bytes:
+    data = _NLA.pack(_NLA.size + len(payload), kind) + payload
+    return data + bytes(-len(data) % 4)
+
+
+def chardev_request(kind: str = "rdma_cm", seq: int = 1, device_index: Optional[int] = None) -> bytes:
+    """``RDMA_NLDEV_CMD_GET_CHARDEV`` for a char device kind ("rdma_cm", "uverbs" ...)."""
+    attrs = b""
+    if device_index is not None:
+        attrs += _nla(ATTR_DEV_INDEX, _U32.pack(device_index))
+    attrs += _nla(ATTR_CHARDEV_TYPE, kind.encode() + b"\0")
+    kind_type = (RDMA_NL_NLDEV << 10) + RDMA_NLDEV_CMD_GET_CHARDEV
+    return _NLMSG.pack(_NLMSG.size + len(attrs), kind_type, NLM_F_REQUEST, seq, 0) + attrs
+
+
+def decode_huge_dev(value: int) -> Tuple[int, int]:
+    """The kernel's ``huge_encode_dev()`` u64 -> ``(major, minor)``: minor bits 0-7 and
+    20-31, major bits 8-19."""
+    return (value & 0xFFF00) >> 8, (value & 0xFF) | ((value >> 12) & 0xFFF00)
+
+
+def parse_chardev_reply(data: bytes) -> Optional[Tuple[Tuple[int, int], str, int]]:
+    """``((major, minor), node name, ABI version)`` from a GET_CHARDEV reply; None for an
+    error reply, another message, or one without the attributes."""
+    if len(data) < _NLMSG.size:
+        return None
+    length, mtype, _flags, _seq, _pid = _NLMSG.unpack_from(data)
+    if mtype != (RDMA_NL_NLDEV << 10) + RDMA_NLDEV_CMD_GET_CHARDEV:
+        return None
+    attrs: Dict[int, bytes] = {}
+    off, end = _NLMSG.size, min(length, len(data))
+    while off + _NLA.size <= end:
+        alen, atype = _NLA.unpack_from(data, off)
+        if alen < _NLA.size:
+            break
+        attrs[atype & 0x3FFF] = data[off + _NLA.size : off + alen]
+        off += (alen + 3) & ~3
+    try:
+        dev = _U64.unpack(attrs[ATTR_CHARDEV])[0]
+        version = _U64.unpack(attrs[ATTR_CHARDEV_ABI])[0] & 0xFFFFFFFF
+        name = attrs.get(ATTR_CHARDEV_NAME, b"").split(b"\0")[0].decode()
+    except (KeyError, struct.error, UnicodeDecodeError):
+        return None
+    return decode_huge_dev(dev), name, version

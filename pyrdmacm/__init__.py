@@ -9,7 +9,8 @@ The public API: :class:`EventChannel`, :class:`CmId`, the enums of
 
 from .abi import CmEventType, PortSpace, QpType
 from .addr import Address, parse_address
-from .cm import AddrInfo, CmId, EventChannel, PathRecord, SourceIgnoredWarning, State, UnackedEventsWarning
+from .channel import EventChannel, UnackedEventsWarning
+from .cmid import CmId, SourceIgnoredWarning
 from .errors import (
     DecodeError,
     DeviceNodeError,
@@ -21,12 +22,17 @@ from .errors import (
     UsageError,
 )
 from .events import Event
+from .records import AddrInfo, DeviceRef, PathRecord
+from .state import Call, Kind, State
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Address",
     "AddrInfo",
+    "Call",
+    "DeviceRef",
+    "Kind",
     "CmEventType",
     "CmId",
     "DecodeError",

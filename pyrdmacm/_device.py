@@ -7,16 +7,21 @@ the command carries in its ``response`` field.  :class:`ReplyBuffer` is such a
 buffer: fixed, allocated once, its address taken once (ctypes), reused for
 every reply of its kind -- a fresh buffer per reply costs more than the
 syscall.  Whoever writes a command that names a buffer must hold that buffer
-until it has read the reply; :class:`pyrdmacm.cm.EventChannel` does so under
-its locks.
+until it has read the reply (the channel does, under its locks or by taking
+the buffer out of a pool).
 
 :class:`KernelDevice` opens ``/dev/infiniband/rdma_cm`` (``O_RDWR |
 O_CLOEXEC | O_NONBLOCK``), checks that it is the rdma_cm character device and
-that the kernel speaks ABI 3 or 4, and offers exactly three operations:
-``write(bytes)``, ``fileno()`` and ``close()``.  The fd is set to -1 the
-moment it is closed; writing to a closed device raises, never reaches another
-file that reused the number.  :class:`pyrdmacm.fake.FakeKernel` offers the same
-three operations over a pipe, speaking the same bytes.
+that the kernel speaks ABI 3 or 4, and offers the :class:`Transport`
+operations: ``write(bytes)``, ``fileno()``, ``direct_fd()``, ``close()`` and
+``identify_device()``.  Closing points the fd number at a read-only ``/dev/null``
+until the object dies, so a write racing with ``close()`` from another thread
+fails with EBADF and can never reach another file that reused the number.
+:class:`pyrdmacm.testing.FakeKernel` offers the same operations over a pipe,
+speaking the same bytes.  :class:`Waker` is the channel's second fd (what
+``close()`` signals to wake a waiting reader) and :func:`wait` the one poll
+loop step.  Running out of file descriptors is a
+:class:`~pyrdmacm.errors.DeviceNodeError` that says so, with nothing left open.
 
 The ABI version comes from RDMA netlink first (``RDMA_NLDEV_CMD_GET_CHARDEV``,
 5.3+), then from sysfs (``/sys/class/misc/rdma_cm/abi_version``), else ABI 4 is
@@ -24,10 +29,10 @@ assumed, as librdmacm does.  Netlink first because asking it makes the kernel
 load rdma_ucm when it is missing, and because its answer also names the
 char device, so a stale or foreign node at the path is caught (major:minor
 compared with ``fstat``).  The request is one datagram on a raw
-``AF_NETLINK`` socket written here -- cheaper than reading the sysfs file
-(measured on 6.1, 6.12 and 7.2 under qemu: 110-117 us against 134-174 us) --
-rather than through :mod:`pyrdmacm.netlink`, whose pyroute2 import costs
-~150 ms, which the plain resolve path must not pay.
+``AF_NETLINK`` socket (:mod:`pyrdmacm.wire` builds it) -- cheaper than reading
+the sysfs file (measured on 6.1, 6.12 and 7.2 under qemu: 110-117 us against
+134-174 us) -- rather than through :mod:`pyrdmacm.netlink`, whose pyroute2
+import costs ~150 ms, which the plain resolve path must not pay.
 
 Nothing else in pyrdmacm calls ``os.open`` on the device or takes an address;
 the channel's hot paths write through :data:`device_write` on the fd that
@@ -38,14 +43,15 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import functools
 import os
+import select
 import socket
 import stat
-import struct
 import threading
-from typing import Callable, Dict, Optional, Tuple
+import weakref
+from typing import Optional, Protocol, Tuple
 
+from . import wire
 from .errors import DeviceNodeError, UsageError
 
 DEFAULT_PATH = "/dev/infiniband/rdma_cm"
@@ -54,7 +60,7 @@ MIN_ABI, MAX_ABI = 3, 4
 
 
 #: How a command reaches the device: ``os.write(fd, command)``, named here because this
-#: module owns the fd.  :class:`pyrdmacm.cm.EventChannel` calls it directly on the fd
+#: module owns the fd.  The channel's hot paths (:mod:`pyrdmacm._hot`) call it on the fd
 #: that :meth:`KernelDevice.direct_fd` gave it (a Python call per command is measurable).
 device_write = os.write
 
@@ -132,74 +138,123 @@ def read_abi_version_sysfs(root: str = "/") -> Optional[int]:
     return None
 
 
-# RDMA netlink, just enough for one request: NETLINK_RDMA, client RDMA_NL_NLDEV (5),
-# RDMA_NLDEV_CMD_GET_CHARDEV (15); the message is an nlmsghdr followed by attributes
-# (no family header).  pyrdmacm.netlink (pyroute2) speaks the whole family; this path
-# must not import pyroute2 (about 150 ms).
-_NETLINK_RDMA = 20
-_NLDEV_GET_CHARDEV = (5 << 10) + 15
-_NLMSG_ERROR = 2
-_NLM_F_REQUEST = 1
-_ATTR_CHARDEV_TYPE, _ATTR_CHARDEV_NAME, _ATTR_CHARDEV_ABI, _ATTR_CHARDEV = 69, 70, 71, 72
-_NLMSGHDR = struct.Struct("=IHHII")
-_NLATTR = struct.Struct("=HH")
-
-
 def chardev_via_netlink(kind: str = "rdma_cm", timeout: float = 1.0) -> Optional[Tuple[Tuple[int, int], str, int]]:
     """``RDMA_NLDEV_CMD_GET_CHARDEV``: ``((major, minor), node name, ABI version)`` or None.
 
     On 5.3+ the question itself makes the kernel load rdma_ucm when it is not
     loaded yet.  None when RDMA netlink cannot answer (no NETLINK_RDMA, a kernel
-    before 5.3, no such client, no reply within ``timeout``).
+    before 5.3, no such client, no reply within ``timeout``).  One datagram on a
+    raw socket (:mod:`pyrdmacm.wire` builds and reads it): pyroute2 costs ~150 ms
+    to import, which opening a channel must not pay.
     """
-    value = kind.encode() + b"\0"
-    attr = _NLATTR.pack(4 + len(value), _ATTR_CHARDEV_TYPE) + value
-    attr += b"\0" * (-len(attr) % 4)
     try:
-        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, _NETLINK_RDMA)
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, wire.NETLINK_RDMA)
     except OSError:
         return None
     try:
         sock.settimeout(timeout)
-        sock.send(_NLMSGHDR.pack(_NLMSGHDR.size + len(attr), _NLDEV_GET_CHARDEV, _NLM_F_REQUEST, 1, 0) + attr)
+        sock.send(wire.chardev_request(kind))
         data = sock.recv(8192)
     except OSError:
         return None
     finally:
         sock.close()
-    if len(data) < _NLMSGHDR.size:
-        return None
-    length, mtype, _flags, _seq, _pid = _NLMSGHDR.unpack_from(data)
-    if mtype == _NLMSG_ERROR or mtype != _NLDEV_GET_CHARDEV:
-        return None
-    attrs: Dict[int, bytes] = {}
-    off, end = _NLMSGHDR.size, min(length, len(data))
-    while off + 4 <= end:
-        alen, atype = _NLATTR.unpack_from(data, off)
-        if alen < 4:
-            break
-        attrs[atype & 0x3FFF] = data[off + 4 : off + alen]
-        off += (alen + 3) & ~3
+    return wire.parse_chardev_reply(data)
+
+
+def kernel_at_least(major: int, minor: int) -> bool:
+    """Whether the running kernel is ``major.minor`` or newer (True when it cannot tell)."""
     try:
-        dev = struct.unpack("=Q", attrs[_ATTR_CHARDEV])[0]
-        abi = struct.unpack("=Q", attrs[_ATTR_CHARDEV_ABI])[0] & 0xFFFFFFFF
-        name = attrs.get(_ATTR_CHARDEV_NAME, b"").split(b"\0")[0].decode()
-    except (KeyError, struct.error, UnicodeDecodeError):
-        return None
-    # huge_encode_dev(): minor bits 0-7 and 20-31, major bits 8-19
-    return ((dev & 0xFFF00) >> 8, (dev & 0xFF) | ((dev >> 12) & 0xFFF00)), name, abi
+        parts = os.uname().release.split(".")
+        return (int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or 0)) >= (major, minor)
+    except (ValueError, IndexError):
+        return True
+
+
+class Transport(Protocol):
+    """What an :class:`~pyrdmacm.EventChannel` needs of its device: the kernel's
+    (:class:`KernelDevice`) or a fake that speaks the same bytes
+    (:class:`pyrdmacm.testing.FakeKernel`)."""
+
+    #: speak the pre-3.11 commands (BIND_IP, RESOLVE_IP, QUERY_ROUTE)
+    legacy: bool
+
+    def fileno(self) -> int:
+        """The fd to poll for events (readable when one is queued)."""
+
+    def write(self, data: bytes) -> int:
+        """Write one command; an ``OSError`` with the kernel's errno when it refuses it."""
+
+    def direct_fd(self) -> int:
+        """The fd that :data:`device_write` may write commands to directly, or -1 (use ``write``)."""
+
+    def close(self) -> None:
+        """Close the device: the kernel destroys every id on it."""
+
+    def identify_device(self, index: Optional[int], node_guid: int) -> Tuple[Optional[str], Optional[int]]:
+        """``(name, index)`` of the RDMA device the kernel gave by index (None: not given) or
+        node GUID (0: none): :func:`pyrdmacm.devices.identify_device`'s answer."""
+
+
+def _too_many_files(e: OSError, what: str) -> DeviceNodeError:
+    return DeviceNodeError(
+        e.errno or errno.EMFILE,
+        "cannot open %s: %s" % (what, os.strerror(e.errno or errno.EMFILE)),
+        "the process has run out of file descriptors (each EventChannel takes two): close channels "
+        "you no longer need, or raise the limit (ulimit -n, RLIMIT_NOFILE)",
+    )
+
+
+_FD_LIMIT = (errno.EMFILE, errno.ENFILE)
+
+#: One /dev/null opened read-only, shared by the process: what a closed device's fd number
+#: is pointed at (dup2) until the device object dies, so that a write that had read the
+#: number before close() fails (EBADF) instead of reaching a file opened later under it.
+_placeholder = -1
+_placeholder_lock = threading.Lock()
+
+
+def _placeholder_fd() -> int:
+    global _placeholder
+    with _placeholder_lock:
+        if _placeholder < 0:
+            _placeholder = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        return _placeholder
+
+
+def _release(fd: int) -> None:
+    """The finalizer of a closed device: free its fd number (pointed at the placeholder)."""
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 class KernelDevice:
-    """The rdma_cm character device, opened non-blocking."""
+    """The rdma_cm character device, opened non-blocking: the one owner of its fd.
 
-    def __init__(self, path: Optional[str] = None) -> None:
+    ``write(data)`` writes one command; :meth:`direct_fd` hands the fd to a channel's
+    hot paths, which write with :data:`device_write` (no call of ours in between).
+    The number stays valid for the object's life: :meth:`close` points it at a
+    read-only ``/dev/null`` (``dup2``), so a write racing with close() fails with
+    EBADF instead of reaching another file; the number is freed when the object dies.
+    """
+
+    legacy: bool
+
+    def __init__(self, path: Optional[str] = None, *, legacy: Optional[bool] = None) -> None:
         self._fd = -1
+        self._number = -1  #: the fd number, kept after close (see class doc)
+        self._ident: Tuple[int, int, int] = (0, 0, 0)
         self.path = path or os.environ.get("PYRDMACM_DEVICE") or DEFAULT_PATH
         self.abi_version = 0
         self.abi_source = ""
         self._lock = threading.Lock()
+        if legacy is None:
+            legacy = getattr(type(self), "legacy", None)  # a subclass may fix it
+        self.legacy = (not kernel_at_least(3, 11)) if legacy is None else bool(legacy)
         self._open()
+        self._release = weakref.finalize(self, _release, self._number)
 
     def _open(self) -> None:
         nl = chardev_via_netlink()
@@ -209,6 +264,7 @@ class KernelDevice:
         else:
             abi, source = read_abi_version_sysfs(), "sysfs"
         try:
+            _placeholder_fd()
             fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
             raise DeviceNodeError(
@@ -223,29 +279,36 @@ class KernelDevice:
                 "cannot open %s" % self.path,
                 "the node should be mode 0666 (udev rule of rdma-core); check its permissions",
             ) from None
-        st = os.fstat(fd)
-        if not stat.S_ISCHR(st.st_mode):
+        except OSError as e:
+            if e.errno in _FD_LIMIT:
+                raise _too_many_files(e, self.path) from None
+            raise DeviceNodeError(e.errno or errno.EIO, "cannot open %s: %s" % (self.path, e.strerror),
+                                  "check that it is the rdma_cm device node") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISCHR(st.st_mode):
+                raise DeviceNodeError(errno.ENODEV, "%s is not a character device" % self.path, "is it really rdma_cm?")
+            if nl is not None and nl[0] != (os.major(st.st_rdev), os.minor(st.st_rdev)):
+                raise DeviceNodeError(
+                    errno.ENODEV,
+                    "%s is device %d:%d but the kernel's rdma_cm is %d:%d"
+                    % (self.path, os.major(st.st_rdev), os.minor(st.st_rdev), nl[0][0], nl[0][1]),
+                    "the device node is stale (recreate it, or let udev do so)",
+                )
+            if abi is None:
+                # librdmacm assumes the newest ABI when nothing says otherwise; so do we.
+                abi, source = MAX_ABI, "assumed"
+            if not MIN_ABI <= abi <= MAX_ABI:
+                raise DeviceNodeError(
+                    errno.EPROTONOSUPPORT,
+                    "the kernel's rdma_cm speaks ABI version %d" % abi,
+                    "pyrdmacm speaks versions %d..%d; use a kernel from this decade" % (MIN_ABI, MAX_ABI),
+                )
+        except BaseException:
             os.close(fd)
-            raise DeviceNodeError(errno.ENODEV, "%s is not a character device" % self.path, "is it really rdma_cm?")
-        if nl is not None and nl[0] != (os.major(st.st_rdev), os.minor(st.st_rdev)):
-            os.close(fd)
-            raise DeviceNodeError(
-                errno.ENODEV,
-                "%s is device %d:%d but the kernel's rdma_cm is %d:%d"
-                % (self.path, os.major(st.st_rdev), os.minor(st.st_rdev), nl[0][0], nl[0][1]),
-                "the device node is stale (recreate it, or let udev do so)",
-            )
-        if abi is None:
-            # librdmacm assumes the newest ABI when nothing says otherwise; so do we.
-            abi, source = MAX_ABI, "assumed"
-        if not MIN_ABI <= abi <= MAX_ABI:
-            os.close(fd)
-            raise DeviceNodeError(
-                errno.EPROTONOSUPPORT,
-                "the kernel's rdma_cm speaks ABI version %d" % abi,
-                "pyrdmacm speaks versions %d..%d; use a kernel from this decade" % (MIN_ABI, MAX_ABI),
-            )
-        self._fd = fd
+            raise
+        self._fd = self._number = fd
+        self._ident = (st.st_dev, st.st_ino, st.st_rdev)
         self.abi_version = abi
         self.abi_source = source
 
@@ -264,29 +327,104 @@ class KernelDevice:
             raise UsageError("the rdma_cm channel is closed")
         return os.write(fd, data)
 
-    def writer(self) -> Callable[[bytes], int]:
-        """``os.write`` bound to the fd: ``write`` without its Python call, for an owner that
-        checks it is open before each write and drops the writer before ``close()`` (as
-        :class:`~pyrdmacm.cm.EventChannel` does).  A subclass that overrides ``write`` gets it."""
-        if type(self).write is not KernelDevice.write:
-            return self.write
-        return functools.partial(os.write, self.fileno())
-
     def direct_fd(self) -> int:
-        """The fd, for an owner that writes commands with :func:`device_write` itself (the
+        """The fd, for an owner that writes commands with :data:`device_write` itself (the
         cheapest way: no call of ours in between), or -1 when a subclass overrides ``write``.
-        Same contract as :meth:`writer`: check the channel is open before each write, and
-        forget the fd before ``close()``."""
+        A write racing with :meth:`close` fails with EBADF (see the class doc)."""
         if type(self).write is not KernelDevice.write:
             return -1
         return self.fileno()
 
+    def identify_device(self, index: Optional[int], node_guid: int) -> Tuple[Optional[str], Optional[int]]:
+        from .devices import identify_device
+
+        return identify_device(index, node_guid)
+
     def close(self) -> None:
         with self._lock:
             fd, self._fd = self._fd, -1
-        if fd >= 0:
+        if fd < 0:
+            return
+        try:
+            st = os.fstat(fd)
+            ours = (st.st_dev, st.st_ino, st.st_rdev) == self._ident
+        except OSError:  # EBADF: someone os.close()d it already; it is closed either way
+            ours = False
+        if not ours:  # closed behind our back (and maybe reused): not ours to touch, ever
+            self._release.detach()
+            return
+        # Point the number at the placeholder: that drops our reference to the rdma_cm file
+        # (the kernel destroys its ids when the last reference goes) and keeps the number
+        # taken until this object dies (weakref.finalize in __init__).
+        os.dup2(_placeholder_fd(), fd)
+
+
+class Waker:
+    """What :meth:`EventChannel.close` signals so that a thread blocked waiting for events
+    wakes up (closing an fd does not wake a ``poll()`` on it): an eventfd, or a pipe before
+    Python 3.10.  Created before the device, so that running out of fds loses nothing."""
+
+    __slots__ = ("fd", "_w", "_pid")
+
+    def __init__(self) -> None:
+        try:
+            if hasattr(os, "eventfd"):
+                self.fd = self._w = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+            else:  # pragma: no cover - Python < 3.10
+                self.fd, self._w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError as e:
+            if e.errno in _FD_LIMIT:
+                raise _too_many_files(e, "an eventfd for the channel") from None
+            raise
+        self._pid = os.getpid()
+
+    def signal(self) -> None:
+        """Wake the waiter; only the process that made the waker may (a forked child's
+        signal would wake its parent's waits, which share the eventfd, for ever)."""
+        if self._w >= 0 and os.getpid() == self._pid:
             try:
+                os.write(self._w, _ONE)
+            except OSError:  # full (a pipe): it is readable already
+                pass
+
+    def drain(self) -> None:
+        """Read the signal: a waker readable with no close() behind it does not spin a wait."""
+        if self.fd >= 0:
+            try:
+                os.read(self.fd, 8)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        fds = {self.fd, self._w}
+        self.fd = self._w = -1
+        for fd in fds:
+            if fd >= 0:
                 os.close(fd)
-            except OSError as e:  # EBADF: someone os.close()d it already; it is closed either way
-                if e.errno != errno.EBADF:
-                    raise
+
+
+_ONE = (1).to_bytes(8, "little")  # an eventfd takes a u64 (host order; any non-zero will do)
+
+#: what :func:`wait` says
+READY, TIMEOUT, WOKEN, GONE = "ready", "timeout", "woken", "gone"
+#: the longest wait one poll() takes; a longer timeout waits in several
+POLL_MAX_MS = 0x7FFFFFFF
+
+
+def wait(fd: int, wake: int, timeout_ms: int) -> str:
+    """Wait until ``fd`` is readable (READY), ``wake`` is (WOKEN), ``timeout_ms`` passed
+    (TIMEOUT; -1 waits for ever) or ``fd`` is no open file (GONE: POLLNVAL)."""
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    if wake >= 0:
+        p.register(wake, select.POLLIN)
+    ready = p.poll(min(timeout_ms, POLL_MAX_MS))
+    state = TIMEOUT
+    for rfd, revents in ready:
+        if rfd == fd:
+            if revents & select.POLLNVAL:
+                return GONE
+            state = READY
+        elif rfd == wake and state is TIMEOUT:
+            state = WOKEN
+    return state

@@ -266,7 +266,7 @@ class Address:
                 (fam == AF_IB and 0 <= pkey <= _U16 and 0 <= sid <= _U64 and 0 <= mask <= _U64)
                 or (not (pkey or sid or mask) and (fam == AF_INET6 or not (scope or flow)))
             )
-            and (fam == AF_INET or not ip.scope_id)
+            and (fam == AF_INET or not getattr(ip, "scope_id", None))
         ):
             if fam != self.family:
                 object.__setattr__(self, "family", fam)

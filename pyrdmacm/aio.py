@@ -32,7 +32,8 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple
 
 from .abi import CmEventType as E
-from .cm import CmId, EventChannel
+from .channel import EventChannel
+from .cmid import CmId
 from .errors import EventError, StateError, UsageError
 from .events import Event
 
@@ -243,7 +244,7 @@ class AsyncChannel:
         try:
             if n_args == 3:
                 for k, cm_id in enumerate(ids):
-                    method(cm_id, a, b, c)
+                    method(cm_id, a, src=b, timeout_ms=c)
             elif n_args == 1:
                 for k, cm_id in enumerate(ids):
                     method(cm_id, a)
@@ -273,7 +274,7 @@ class AsyncChannel:
         else:
             waiters[uid] = entry
         try:
-            cm_id.resolve_addr(dst, src, timeout_ms)
+            cm_id.resolve_addr(dst, src=src, timeout_ms=timeout_ms)
         except Exception as e:  # refused before or by the kernel: the future says so
             self._unwait(uid, fut)
             fut.set_exception(e)

@@ -176,7 +176,8 @@ def _wait(ch: Any, cm: Any, what: str, peer: Any, timeout_ms: int, progress: boo
 def cmd_resolve(args: argparse.Namespace) -> int:
     from .abi import PortSpace
     from .addr import parse_address
-    from .cm import CmId, EventChannel
+    from . import channel as _channel
+    from .cmid import CmId
     from .errors import DeviceNodeError, KernelError, PrecheckError, UsageError
 
     result: Dict[str, Any] = {"dst": args.dst, "src": args.src}
@@ -214,7 +215,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
                 print("prediction: %s" % result["prediction_error"]["message"])
 
     try:
-        ch = EventChannel()
+        ch = _channel.EventChannel()
     except DeviceNodeError as e:
         _err(str(e))
         if args.json:
@@ -227,7 +228,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
         cm = CmId(ch, ps)
         t0 = time.monotonic()
         try:
-            cm.resolve_addr(dst, src, args.timeout)
+            cm.resolve_addr(dst, src=src, timeout_ms=args.timeout)
         except KernelError as e:
             result["kernel"] = {"refused": "RESOLVE_ADDR", "errno": e.errno, "name": errno.errorcode.get(e.errno or 0),
                                 "message": str(e)}

@@ -22,3 +22,9 @@ __all__ = [
     "SourceIgnoredWarning",
     "UnackedEventsWarning",
 ]
+
+#: the command headers of the hot paths, for scripts written against 0.1
+from ._hot import H_CREATE, H_DESTROY, H_RESOLVE_ADDR, H_RESOLVE_ROUTE  # noqa: E402
+from .wire import COMMAND as _COMMAND  # noqa: E402
+
+H_GET_EVENT = _COMMAND["GET_EVENT"].header

@@ -487,6 +487,43 @@ def find_device(
     return None
 
 
+def identify_device(
+    index: Optional[int], node_guid: int, sysfs_root: str = "/sys"
+) -> Tuple[Optional[str], Optional[int]]:
+    """``(name, index)`` of the device a QUERY reply gave by kernel index (None: not given)
+    or node GUID (0: none); the name is None when no device of this host matches, the index
+    the one given or, when found through RDMA netlink, the device's.
+
+    A GUID that one device has in sysfs names it in a few reads; the device list (RDMA
+    netlink through pyroute2, ~150 ms to import) is for the other cases.
+    """
+    if node_guid:
+        root = os.path.join(sysfs_root, "class", "infiniband")
+        found = []
+        try:
+            names = os.listdir(root)
+        except OSError:
+            names = []
+        for name in names:
+            text = _read(os.path.join(root, name, "node_guid"))
+            try:
+                if text is not None and parse_guid(text) == node_guid:
+                    found.append(name)
+            except ValueError:
+                continue
+        if len(found) == 1:
+            return found[0], index
+    if index is None and not node_guid:
+        return None, None
+    try:
+        dev = find_device(index=index, node_guid=node_guid or None, devices=list_devices(sysfs_root))
+    except (OSError, KernelError, ImportError):  # no sysfs, no RDMA netlink, no pyroute2
+        return None, index
+    if dev is None:
+        return None, index
+    return dev.name, (index if index is not None else dev.index)
+
+
 def ports_for_netdev(
     ifname: str, *, devices: Optional[Iterable[Device]] = None
 ) -> List[Tuple[Device, Port, List[Gid]]]:

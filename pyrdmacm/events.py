@@ -21,11 +21,15 @@ import ipaddress
 import re
 import struct
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Tuple, Union
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Tuple, Union
 
 from . import abi
 from ._codec import CODECS
 from .errors import errno_name
+from .state import FAILURE_EVENTS
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .cmid import CmId
 
 __all__ = ["Event", "ConnParam", "UdParam", "decode_event_head", "EVENT_RESP_SIZE"]
 
@@ -35,18 +39,7 @@ _CONN = CODECS["rdma_ucm_conn_param"]
 _UD = CODECS["rdma_ucm_ud_param"]
 _ARG32 = struct.Struct("<II")
 
-_FAILURES = frozenset(
-    {
-        abi.CmEventType.ADDR_ERROR,
-        abi.CmEventType.ROUTE_ERROR,
-        abi.CmEventType.CONNECT_ERROR,
-        abi.CmEventType.UNREACHABLE,
-        abi.CmEventType.REJECTED,
-        abi.CmEventType.MULTICAST_ERROR,
-        abi.CmEventType.ADDRINFO_ERROR,
-        abi.CmEventType.DEVICE_REMOVAL,
-    }
-)
+_FAILURES = FAILURE_EVENTS
 
 
 @dataclass(frozen=True)
@@ -80,7 +73,7 @@ class UdParam:
 
 
 class Event(NamedTuple):
-    """One CM event.  ``id`` is the :class:`~pyrdmacm.cm.CmId` it belongs to.
+    """One CM event (immutable).  ``id`` is the :class:`~pyrdmacm.CmId` it belongs to.
 
     For ``CONNECT_REQUEST``, ``id`` is the *new* id the kernel made for the
     incoming connection and ``listen_id`` the listener.
@@ -88,11 +81,11 @@ class Event(NamedTuple):
 
     event: Union[abi.CmEventType, int]
     status: int
-    id: Any
+    id: "CmId"
     handle: int
     raw_param: bytes
     ece: Tuple[int, int]
-    listen_id: Any = None
+    listen_id: "Optional[CmId]" = None
 
     @property
     def ok(self) -> bool:

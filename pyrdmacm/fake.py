@@ -27,6 +27,7 @@ import ipaddress
 import os
 import struct
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set, Tuple
 
@@ -38,7 +39,7 @@ from .addr import AF_IB, AF_INET, AF_INET6, Address, unpack_sockaddr
 C = abi.UserCmCmd
 E = abi.CmEventType
 
-_HDR = struct.Struct("<IHH")
+_HDR = CODECS["rdma_ucm_cmd_hdr"]
 
 
 @dataclass
@@ -120,7 +121,17 @@ class FakeKernel:
                 return dev
         return None
 
-    # -- the device's three operations
+    def identify_device(self, index: Optional[int], node_guid: int) -> Tuple[Optional[str], Optional[int]]:
+        """The Transport's device naming: by this fake network's devices."""
+        dev = self.find_device(index=index, node_guid=node_guid or None)
+        if dev is None:
+            return None, index
+        return dev.name, (index if index is not None else dev.index)
+
+    def direct_fd(self) -> int:
+        return -1  # commands go through write(): this fake decodes them
+
+    # -- the device's operations
     def fileno(self) -> int:
         if self.closed:
             from .errors import UsageError
@@ -146,22 +157,27 @@ class FakeKernel:
         if self.closed:
             raise OSError(errno.EBADF, os.strerror(errno.EBADF))
         data = bytes(data)
-        if len(data) < 8:
+        if len(data) < _HDR.size:
             raise _err(errno.EINVAL)
         cmd, size_in, size_out = _HDR.unpack_from(data)
         if cmd > self.max_cmd:
             raise _err(errno.EINVAL)
-        if size_in + 8 > len(data):
+        if size_in + _HDR.size > len(data):
             raise _err(errno.EINVAL)
         if cmd == C.GET_OPTION:
             raise _err(errno.ENOSYS)
-        body = data[8 : 8 + size_in]
+        body = data[_HDR.size : _HDR.size + size_in]
         self.log.append((cmd, size_in, size_out, body))
         handler = getattr(self, "_cmd_" + C(cmd).name.lower(), None)
         if handler is None:
             raise _err(errno.ENOSYS)
+        queued = len(self._events)
         with self._lock:
             handler(body, size_out)
+        if len(self._events) > queued and cmd != C.GET_EVENT:
+            # As on the kernel, an event the command queued may be read by another thread
+            # before write() returns to its caller: let the other threads run here.
+            time.sleep(0)
         return len(data)
 
     # -- helpers

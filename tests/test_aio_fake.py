@@ -7,7 +7,7 @@ import pytest
 
 from pyrdmacm import CmEventType as E
 from pyrdmacm import CmId, EventChannel, EventError, KernelError, StateError, UsageError
-from pyrdmacm.cm import State
+from pyrdmacm import State
 from pyrdmacm.aio import AsyncChannel
 from pyrdmacm.fake import FakeKernel, FakeNet
 

@@ -30,12 +30,12 @@ def test_commands_measures_every_way_and_phase(bench_codec):
 
 def test_echo_transport_answers_what_pyrdmacm_sends(bench_codec):
     from pyrdmacm import CmEventType, EventChannel, parse_address
-    from pyrdmacm.cm import State
+    from pyrdmacm import State
 
     kernel = bench_codec.EchoKernel()
     with EventChannel(kernel) as ch:
         ids = [ch.create_id() for _ in range(3)]
-        assert [i.handle for i in ids] == [1, 2, 3]  # the echo's handle is the uid
+        assert [i.handle for i in ids] == [i.uid for i in ids]  # the echo's handle is the uid
         for i in ids:
             i.resolve_addr(parse_address("10.0.0.2"))
         evs = ch.get_events(8, timeout=1)
@@ -45,11 +45,12 @@ def test_echo_transport_answers_what_pyrdmacm_sends(bench_codec):
 
 
 def test_direct_runs_the_direct_write_path_and_every_phase(bench_codec, monkeypatch):
-    from pyrdmacm import cm
+    from pyrdmacm import _device, _hot
 
     writes = []
-    real = cm._device_write
-    monkeypatch.setattr(cm, "_device_write", lambda fd, data: writes.append(data[0]) or real(fd, data))
+    real = _hot.device_write
+    for module in (_hot, _device):  # the hot paths, and the channel's submit (the first resolve_addr)
+        monkeypatch.setattr(module, "device_write", lambda fd, data: writes.append(data[0]) or real(fd, data))
     res = bench_codec.direct(30, runs=1)
     assert set(res) == {"bare", "pyrdmacm"}
     for phases in res.values():

@@ -8,7 +8,7 @@ import pytest
 
 from pyrdmacm import cli
 from pyrdmacm.addr import parse_address
-from pyrdmacm.cm import H_CREATE, H_RESOLVE_ADDR, _CREATE, _RESOLVE_ADDR
+from pyrdmacm.wire import COMMAND
 
 
 def run(capsys, *argv):
@@ -19,7 +19,7 @@ def run(capsys, *argv):
 
 def test_decode_command_hex(capsys):
     d = parse_address("10.0.2.2:7471")
-    raw = H_RESOLVE_ADDR + _RESOLVE_ADDR(7, 500, 0, d.size, 0, b"", d.pack_storage())
+    raw = COMMAND["RESOLVE_ADDR"].encode(7, 500, 0, d.size, 0, b"", d.pack_storage())
     code, out, _ = run(capsys, "decode", raw.hex())
     assert code == 0
     j = json.loads(out)
@@ -29,7 +29,7 @@ def test_decode_command_hex(capsys):
 
 
 def test_decode_strace_line(capsys):
-    raw = H_CREATE + _CREATE(0x55D1, 0x7FFD0000, 0x0106, 2, b"")
+    raw = COMMAND["CREATE_ID"].encode(0x55D1, 0x7FFD0000, 0x0106, 2, b"")
     line = 'write(3, "%s", %d) = %d' % ("".join("\\x%02x" % b for b in raw), len(raw), len(raw))
     code, out, _ = run(capsys, "decode", line)
     j = json.loads(out)
@@ -80,17 +80,17 @@ def test_python_dash_m_and_help():
 @pytest.fixture
 def fake_rdma_cm(monkeypatch):
     """`pyrdmacm resolve` against the fake kernel: 10.0.0.1 local, 10.0.0.2 answers, 10.0.0.99 silent."""
-    import pyrdmacm.cm
+    import pyrdmacm.channel
     from pyrdmacm.fake import FakeKernel, FakeNet
 
     made = []
 
-    class FakeChannel(pyrdmacm.cm.EventChannel):
+    class FakeChannel(pyrdmacm.channel.EventChannel):
         def __init__(self, transport=None, **kw):
             made.append(transport or FakeKernel(FakeNet()))
             super().__init__(made[-1], **kw)
 
-    monkeypatch.setattr(pyrdmacm.cm, "EventChannel", FakeChannel)
+    monkeypatch.setattr(pyrdmacm.channel, "EventChannel", FakeChannel)
     return made
 
 

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from pyrdmacm import abi, cm, decode
+from pyrdmacm import abi, decode
+from pyrdmacm.wire import COMMAND
 from pyrdmacm._codec import CODECS
 from pyrdmacm.addr import unpack_sockaddr
 
@@ -64,15 +65,15 @@ SIZES = {
 }
 
 HEADERS = {
-    ("CREATE_ID", None): cm.H_CREATE,
-    ("RESOLVE_ADDR", None): cm.H_RESOLVE_ADDR,
-    ("GET_EVENT", None): cm.H_GET_EVENT,
-    ("QUERY", "ADDR"): cm.H_QUERY_ADDR,
-    ("QUERY", "GID"): cm.H_QUERY_ADDR,
-    ("QUERY", "PATH"): cm.H_QUERY_PATH,
-    ("RESOLVE_ROUTE", None): cm.H_RESOLVE_ROUTE,
-    ("DESTROY_ID", None): cm.H_DESTROY,
-    ("BIND", None): cm.H_BIND,
+    ("CREATE_ID", None): COMMAND["CREATE_ID"].header,
+    ("RESOLVE_ADDR", None): COMMAND["RESOLVE_ADDR"].header,
+    ("GET_EVENT", None): COMMAND["GET_EVENT"].header,
+    ("QUERY", "ADDR"): COMMAND["QUERY_ADDR"].header,
+    ("QUERY", "GID"): COMMAND["QUERY_ADDR"].header,
+    ("QUERY", "PATH"): COMMAND["QUERY_PATH"].header,
+    ("RESOLVE_ROUTE", None): COMMAND["RESOLVE_ROUTE"].header,
+    ("DESTROY_ID", None): COMMAND["DESTROY_ID"].header,
+    ("BIND", None): COMMAND["BIND"].header,
 }
 
 

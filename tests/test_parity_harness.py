@@ -5,7 +5,7 @@ import sys
 import pytest
 
 import parity
-from pyrdmacm import cm
+from pyrdmacm.wire import COMMAND
 from pyrdmacm._codec import CODECS
 
 RDMA_CM = "".join("\\x%02x" % b for b in parity.RDMA_CM.encode())
@@ -19,15 +19,15 @@ def line(fd, data, path=RDMA_CM, ret=None, err=None):
 
 
 def create(uid, response):
-    return cm.H_CREATE + CODECS["rdma_ucm_create_id"].pack(uid, response, 2, 2, b"")
+    return COMMAND["CREATE_ID"].header + CODECS["rdma_ucm_create_id"].pack(uid, response, 2, 2, b"")
 
 
 def query(response, handle, option):
-    return cm.H_QUERY_ADDR + CODECS["rdma_ucm_query"].pack(response, handle, option)
+    return COMMAND["QUERY_ADDR"].header + CODECS["rdma_ucm_query"].pack(response, handle, option)
 
 
 def destroy(response, handle):
-    return cm.H_DESTROY + CODECS["rdma_ucm_destroy_id"].pack(response, handle, 0)
+    return COMMAND["DESTROY_ID"].header + CODECS["rdma_ucm_destroy_id"].pack(response, handle, 0)
 
 
 def log(*lines):
@@ -69,7 +69,7 @@ def test_pointers_uids_and_handles_compare_by_structure():
 
 def test_a_different_field_or_an_extra_query_is_reported():
     lib = norm(create(1, 0x10), destroy(0x30, 9))
-    other_ps = norm(cm.H_CREATE + CODECS["rdma_ucm_create_id"].pack(1, 0x10, 0x111, 2, b""), destroy(0x30, 9))
+    other_ps = norm(COMMAND["CREATE_ID"].header + CODECS["rdma_ucm_create_id"].pack(1, 0x10, 0x111, 2, b""), destroy(0x30, 9))
     assert any("command 0" in p for p in parity.compare(lib, other_ps))
     extra = norm(create(1, 0x10), query(0x20, 9, 1), destroy(0x30, 9))
     assert any("query librdmacm did not" in p for p in parity.compare(lib, extra))

@@ -364,11 +364,11 @@ def _missing_zone(ip: str) -> str:
 @pytest.mark.parametrize("dst,src", [("fe80::2", None), ("2001:db8::2", "fe80::15"), ("fe80::2", "::")])
 def test_link_local_without_zone_is_refused_as_resolve_addr_refuses_it(devs: List[D.Device], dst: str,
                                                                         src: Optional[str]) -> None:
-    from pyrdmacm.cm import CmId, EventChannel
+    from pyrdmacm import CmId, EventChannel
     from pyrdmacm.fake import FakeKernel
 
     with EventChannel(FakeKernel()) as ch, pytest.raises(UsageError) as lib:
-        CmId(ch).resolve_addr(dst, src)
+        CmId(ch).resolve_addr(dst, src=src)
     for strict in (False, True):
         with pytest.raises(UsageError) as pre:
             predict(dst, src, devices=devs, network=_net(), strict=strict)

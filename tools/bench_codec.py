@@ -81,6 +81,12 @@ class EchoKernel:
     def fileno(self):
         return self._r
 
+    def direct_fd(self):
+        return -1  # commands go through write()
+
+    def identify_device(self, index, node_guid):
+        return None, index
+
     def close(self):
         for fd in (self._r, self._w):
             os.close(fd)
@@ -311,6 +317,9 @@ class NullDevice:
     def direct_fd(self):
         return self.fd
 
+    def identify_device(self, index, node_guid):
+        return None, index
+
     def close(self):
         os.close(self.fd)
 
@@ -333,8 +342,8 @@ def direct_pyrdmacm(n, dst):
         i.resolve_addr(dst, timeout_ms=2000)
     t.append(time.perf_counter())
     for want, code in ((E.ADDR_RESOLVED, int(E.ADDR_RESOLVED)), (E.ROUTE_RESOLVED, int(E.ROUTE_RESOLVED))):
-        for uid in range(1, n + 1):
-            put(view, 0, uid, uid, code, 0)
+        for i in ids:
+            put(view, 0, i.uid, i.handle, code, 0)
             ev = get()
             if ev.event is not want or ev.status:
                 raise SystemExit("bench_codec: pyrdmacm decoded %r" % (ev,))

@@ -85,7 +85,7 @@ def test_cm_ids_count_a_resolved_id(topo: Dict[str, Any]) -> None:
     from pyrdmacm import netlink
 
     try:
-        from pyrdmacm.cm import CmId
+        from pyrdmacm import CmId
     except ImportError as e:  # pragma: no cover - the CM layer is another module
         pytest.skip("pyrdmacm.cm unavailable: %s" % e)
     before = [i for i in netlink.cm_ids() if i.pid == os.getpid()]

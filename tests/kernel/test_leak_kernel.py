@@ -21,7 +21,7 @@ import pytest
 
 from pyrdmacm import netlink
 from pyrdmacm.abi import CmEventType as E
-from pyrdmacm.cm import CmId, EventChannel
+from pyrdmacm import CmId, EventChannel
 
 pytestmark = pytest.mark.kernel
 

@@ -114,12 +114,12 @@ class _Result:
 def _kernel(dst: str, src: Optional[str], timeout_ms: int = 1000) -> Tuple[int, Any]:
     """(0, result) or (errno, None) from a real resolve_addr."""
     try:
-        from pyrdmacm.cm import CmId
+        from pyrdmacm import CmId
     except ImportError as e:  # pragma: no cover
         pytest.skip("pyrdmacm.cm unavailable: %s" % e)
     cm_id = CmId(None)
     try:
-        cm_id.resolve_addr(dst, src, timeout_ms=timeout_ms)
+        cm_id.resolve_addr(dst, src=src, timeout_ms=timeout_ms)
         return 0, _Result(cm_id)
     except OSError as e:
         return e.errno or -1, None

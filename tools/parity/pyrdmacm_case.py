@@ -85,7 +85,7 @@ def main(argv):
         elif step == "resolve":
             dst, src, timeout = args.pop(0), args.pop(0), int(args.pop(0))
             src_addr = None if src == "-" else src  # pyrdmacm takes what users write, "gid:..." too
-            call("resolve_addr", lambda: cm_id.resolve_addr(dst, src_addr, timeout))
+            call("resolve_addr", lambda: cm_id.resolve_addr(dst, src=src_addr, timeout_ms=timeout))
         elif step == "route":
             timeout = int(args.pop(0))
             call("resolve_route", lambda: cm_id.resolve_route(timeout))

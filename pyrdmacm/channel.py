@@ -1,0 +1,432 @@
+"""Event channels: one rdma_cm fd, its registry of ids, and the events read from it.
+
+Theory of operation
+-------------------
+An :class:`EventChannel` is one open rdma_cm fd (``rdma_create_event_channel``)
+and the registry of the event sinks on it: ``uid -> id``, the uid being what
+the kernel echoes in each event of the id (unique in the process, see
+:data:`pyrdmacm._hot.next_uid`).  A connection request's id is not in the
+registry until it is accepted (the kernel queues no event for it before).
+
+Every command is one ``write()`` (:meth:`EventChannel.submit`, or a hot path of
+:mod:`pyrdmacm._hot`); commands that have a reply name one of the channel's
+:class:`~pyrdmacm._device.ReplyBuffer`\\ s, taken from a pool or under the
+channel's command lock.  Events are read by one reader at a time:
+``get_event`` tries a GET_EVENT on the non-blocking fd, and waits with
+:func:`pyrdmacm._device.wait` while nothing is queued; a second concurrent
+reader is refused with :class:`~pyrdmacm.errors.StateError` instead of
+interleaving.  The id an event names moves as :mod:`pyrdmacm.state` says.
+
+Faults have defined outcomes.  ``close()`` from another thread wakes a reader
+blocked in ``get_event`` (through the channel's :class:`~pyrdmacm._device.Waker`),
+which raises StateError.  An fd closed behind the channel's back (EBADF,
+POLLNVAL) is a StateError too.  A signal during a wait runs its handler and the
+wait goes on with the time left; a handler that raises ends the wait, and the
+channel stays usable.  A forked child may not use its parent's channel (the fd,
+the ids and their events are the parent's): every call raises StateError before
+any syscall, and its ``close()`` only closes its own copies of the fds.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import numbers
+import os
+import threading
+import time
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+
+from . import _device, _hot, abi, wire
+from ._device import KernelDevice, ReplyBuffer, Transport, Waker
+from .cmid import CmId, port_space, request_id
+from .errors import KernelError, StateError, UsageError
+from .events import EVENT_RESP_SIZE, Event, decode_event_head
+from .state import State, after_event
+
+__all__ = ["EventChannel", "UnackedEventsWarning"]
+
+E = abi.CmEventType
+_PS_TCP = abi.PortSpace.TCP
+_QP_RC = abi.QpType.RC
+_CONNECT_REQUEST = E.CONNECT_REQUEST
+_DESTROYED = State.DESTROYED
+_new_object = object.__new__
+_GET_EVENT = wire.COMMAND["GET_EVENT"]
+_NOTHING = object()
+
+
+class UnackedEventsWarning(ResourceWarning):
+    """An id was destroyed with events still unacknowledged (librdmacm would hang here)."""
+
+
+class EventChannel:
+    """One rdma_cm fd: ``fileno()`` for select/poll, ``get_event()`` to read events.
+
+    ``EventChannel()`` opens the kernel device; ``EventChannel(transport)`` uses
+    any :class:`~pyrdmacm._device.Transport` (the fake kernel of :mod:`pyrdmacm.testing`).
+    """
+
+    def __init__(self, transport: Optional[Transport] = None, *, legacy: Optional[bool] = None) -> None:
+        # the waker first: if the fds run out, nothing is left open
+        if transport is not None:
+            _check_transport(transport)
+        try:
+            self._waker = Waker()
+        except BaseException:
+            if transport is not None:
+                transport.close()  # the channel owns its transport: on failure too
+            raise
+        try:
+            self._t: Transport = transport if transport is not None else KernelDevice()
+        except BaseException:
+            self._waker.close()
+            raise
+        self._write = self._t.write
+        # the hot paths write with device_write(_fd, ...) when the device allows it (_fd >= 0):
+        # cheaper than calling a method; close() sets it to -1 first
+        self._fd: int = self._t.direct_fd()
+        #: the registry: uid -> the id its events are for
+        self._ids: Dict[int, CmId] = {}
+        self._cmd_lock = threading.Lock()
+        #: the one-reader rule's guard: a one-slot list, only tried (list.pop/append are atomic;
+        #: under emulation a threading.Lock round trip costs as much as the GET_EVENT it guards)
+        self._reader_slot = [True]
+        #: the thread id of a reader waiting in get_event (named in the refusal of a second one)
+        self._reader: Optional[int] = None
+        self._pid = os.getpid()
+        #: the opening process's id while the channel is open, 0 once closed: the hot paths
+        #: check "open, and not a forked child" with one comparison (``_live != PID``)
+        self._live = self._pid
+        #: as _live, and 0 on a sync id's channel too: get_event's fast path, in one comparison
+        self._fast = self._pid
+        self._wait_first = False  # set for the private channel of a sync id
+        self.closed = False
+        self._create_replies: List[ReplyBuffer] = [ReplyBuffer(_hot.CREATE_REPLY_SIZE)]
+        self._destroy_replies: List[ReplyBuffer] = [ReplyBuffer(_hot.DESTROY_REPLY_SIZE)]
+        self._r_query = ReplyBuffer(max(wire.COMMAND["QUERY_ADDR"].out, wire.COMMAND["QUERY_ROUTE"].out,
+                                        wire.QUERY_PATH_REPLY_SIZE))
+        self._r_event = ReplyBuffer(EVENT_RESP_SIZE)
+        self._event_view = self._r_event.view
+        self._b_get_event = _GET_EVENT.encode(self._r_event.address)
+        #: (what the caller passed as dst, its Address, the command's bytes after id and
+        #: timeout_ms): many ids resolving one destination parse and pack it once
+        self._packed_dst: Tuple[Any, Any, bytes] = (_NOTHING, None, b"")
+        #: Use BIND_IP / RESOLVE_IP / QUERY_ROUTE (kernels before 3.11) instead of BIND / RESOLVE_ADDR / QUERY.
+        self.legacy = bool(self._t.legacy if legacy is None else legacy)
+
+    # -- fd
+    def fileno(self) -> int:
+        return self._t.fileno()
+
+    def close(self) -> None:
+        """Close the fd; the kernel destroys every id still on it."""
+        if self.closed:
+            return
+        self.closed = True
+        self._live = self._fast = 0
+        if os.getpid() == self._pid:
+            for cm_id in list(self._ids.values()):
+                cm_id._state = _DESTROYED
+            self._ids.clear()
+        self._waker.signal()  # wake a waiting reader: it raises "closed" (never a forked child's)
+        self._fd = -1
+        self._write = self._t.write  # guarded: raises once the fd is closed
+        self._t.close()
+        slot = self._reader_slot
+        try:
+            slot.pop()
+        except IndexError:
+            return  # the waiting reader closes the waker on its way out
+        try:
+            self._waker.close()
+        finally:
+            slot.append(True)
+
+    def __enter__(self) -> "EventChannel":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            if not self.closed and os.getpid() == self._pid:
+                self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return "<EventChannel fd=%s ids=%d%s>" % (
+            "closed" if self.closed else self._t.fileno(),
+            len(self._ids),
+            " legacy" if self.legacy else "",
+        )
+
+    # -- commands
+    def _check(self) -> None:
+        if self.closed:
+            raise StateError("the event channel is closed")
+        if _hot.PID != self._pid:
+            raise StateError(
+                "this event channel was opened by process %d, and process %d is a forked child: "
+                "the fd is shared with the parent, whose ids and events it holds; open a new "
+                "EventChannel in the child" % (self._pid, os.getpid())
+            )
+
+    def submit(self, data: bytes, command: str = "command", **ctx: Any) -> None:
+        """Write one command; a refusal raises :class:`KernelError` with the real errno (the
+        one place of the refusal and short-write rules outside the hot paths)."""
+        try:
+            fd = self._fd
+            n = _device.device_write(fd, data) if fd >= 0 else self._write(data)
+        except OSError as e:
+            raise self._refused(e, command, ctx) from None
+        if n != len(data):
+            raise self._short(n, data, command)
+
+    execute = submit  # its name before 0.2
+
+    def _refused(self, e: OSError, command: str, ctx: Dict[str, Any]) -> Exception:
+        """The exception for a write the kernel refused."""
+        if self.closed:
+            return StateError("the event channel is closed")
+        if e.errno == errno.EBADF:
+            return _fd_closed_behind()
+        return KernelError(e.errno or errno.EIO, command, **ctx)
+
+    @staticmethod
+    def _short(n: int, data: bytes, command: str) -> Exception:
+        return KernelError(errno.ENODATA, command, hint="short write (%d of %d bytes)" % (n, len(data)))
+
+    # -- events
+    get_event = _hot.get_event
+    get_events = _hot.get_events
+
+    @staticmethod
+    def _seconds(timeout: Any) -> Optional[float]:
+        """A wait's timeout checked: seconds >= 0 (any real number), or None / infinity for ever."""
+        if timeout is None:
+            return None
+        if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+            raise UsageError("timeout must be a number of seconds (>= 0), or None to wait for ever; got %r"
+                             % (timeout,))
+        t = float(timeout)
+        if math.isnan(t) or t < 0:
+            raise UsageError("timeout must be a number of seconds >= 0, or None to wait for ever; got %r"
+                             % (timeout,))
+        if math.isinf(t):
+            return None
+        return timeout if isinstance(timeout, int) else t
+
+    def _guarded(self, timeout: Optional[float]) -> Optional[Event]:
+        """get_event without its fast path, under the reader guard."""
+        slot = self._reader_slot
+        try:
+            slot.pop()
+        except IndexError:
+            raise self._busy() from None
+        try:
+            return self._get_event(timeout)
+        finally:
+            if self.closed:
+                self._waker.close()
+            slot.append(True)
+
+    def _busy(self) -> StateError:
+        reader = self._reader
+        return StateError(
+            "another thread is already reading events from this channel%s; "
+            "read events from one thread and hand them out" % (" (thread %s)" % reader if reader else "")
+        )
+
+    def _get_event(self, timeout: Optional[float], drained: bool = False) -> Optional[Event]:
+        self._reader = threading.get_ident()  # named in the refusal of a second reader
+        try:
+            return self._wait_event(timeout, drained)
+        finally:
+            self._reader = None
+
+    def _wait_event(self, timeout: Optional[float], drained: bool = False) -> Optional[Event]:
+        """Read, and wait while nothing is queued; ``drained``: a GET_EVENT just said EAGAIN."""
+        timeout = self._seconds(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        data = self._b_get_event
+        buf = self._r_event
+        # A sync id's private channel reads right after its own command, when the event is
+        # almost never there yet: wait first, as librdmacm's blocking read does, instead of
+        # spending a GET_EVENT that can only say EAGAIN.
+        skip_read = (self._wait_first or drained) and timeout != 0
+        while True:
+            try:
+                if skip_read:
+                    skip_read = False
+                    raise BlockingIOError
+                fd = self._fd
+                n = _device.device_write(fd, data) if fd >= 0 else self._write(data)
+            except BlockingIOError:
+                n = -1
+            except (OSError, UsageError) as e:
+                if self.closed:
+                    raise StateError("the event channel was closed while waiting") from None
+                if isinstance(e, UsageError) or e.errno == errno.EBADF:
+                    raise _fd_closed_behind() from None
+                if e.errno == errno.EINTR:
+                    continue
+                raise KernelError(e.errno or errno.EIO, "GET_EVENT") from None
+            if n > 0:
+                ev = self._dispatch(buf.view)
+                if ev is not None:
+                    return ev
+                continue
+            # nothing queued: wait for the fd to become readable
+            if deadline is None:
+                wait_ms = -1
+            else:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                wait_ms = max(1, int(left * 1000 + 0.999))
+            # A signal during poll(): Python runs its handler and polls again with the time
+            # left (PEP 475); a handler that raises ends the wait with its exception, and
+            # the channel stays usable (the finally of get_event releases the reader).
+            try:
+                got = _device.wait(self._t.fileno(), self._waker.fd, wait_ms)
+            except (ValueError, OSError, UsageError):
+                if self.closed:
+                    raise StateError("the event channel was closed while waiting") from None
+                raise
+            if self.closed:
+                raise StateError("the event channel was closed (by another thread) while waiting for an event")
+            if got is _device.GONE:
+                raise _fd_closed_behind()
+            if got is _device.WOKEN:  # a signal with no close() behind it: take it, wait on
+                self._waker.drain()
+
+    def _dispatch(self, view: Any) -> Optional[Event]:
+        """The reference path of an event: decode it, find its id, move it (or make the id of a
+        connection request), count it unacked."""
+        uid, handle, ev, status, raw, ece = decode_event_head(view)
+        cm_id = self._ids.get(uid)
+        if cm_id is None or cm_id._state is _DESTROYED:
+            return None  # an id destroyed meanwhile: its event is dropped
+        listen_id = None
+        if ev is _CONNECT_REQUEST:
+            listen_id = cm_id
+            cm_id = request_id(self, handle, listen_id)
+        else:
+            cm_id._state = after_event(cm_id.kind, cm_id._state, ev)
+            cm_id._cache = None
+        event = Event(ev, status, cm_id, handle, raw, ece, listen_id)
+        cm_id._unacked += 1
+        return event
+
+    def events(self, timeout: Optional[float] = None) -> Iterator[Event]:
+        """Iterate over events until none arrives within ``timeout``."""
+        while True:
+            ev = self.get_event(timeout)
+            if ev is None:
+                return
+            yield ev
+
+    @property
+    def ids(self) -> List[CmId]:
+        """The ids whose events this channel reads."""
+        return list(self._ids.values())
+
+    def create_id(
+        self, ps: Union[abi.PortSpace, int] = abi.PortSpace.TCP, *, qp_type: Optional[int] = None, context: Any = None
+    ) -> CmId:
+        """A new id on this channel: ``rdma_create_id(channel, &id, context, ps)``.
+
+        The same id as ``CmId(channel, ps, ...)``, made without a class call (the cheaper
+        way to create many ids: see docs/benchmarks.md).
+        """
+        if ps is _PS_TCP and qp_type is None and context is None and self._live == _hot.PID:
+            return _hot.create(_new_object(CmId), self, _PS_TCP, _QP_RC)
+        return CmId(self, ps, qp_type=qp_type, context=context)
+
+    def create_ids(
+        self, n: int, ps: Union[abi.PortSpace, int] = abi.PortSpace.TCP, *, qp_type: Optional[int] = None
+    ) -> List[CmId]:
+        """``n`` new ids on this channel, the ids ``n`` ``create_id()`` calls would make.
+
+        All or nothing: if the kernel refuses one (EMFILE, ENOMEM ...), the ids made so far
+        are destroyed again and the refusal is raised.
+        """
+        if n.__class__ is not int or n < 0:
+            raise UsageError("n must be an int >= 0 (how many ids), got %r" % (n,))
+        custom = ps is not _PS_TCP or qp_type is not None
+        space, qp = port_space(ps, qp_type) if custom else (_PS_TCP, _QP_RC)
+        if self._live != _hot.PID:
+            self._check()
+        return _hot.create_many(self, CmId, n, space, qp, custom)
+
+    def _destroy_refusal(self, ids: List[Any]) -> Exception:
+        seen = set()
+        for cm_id in ids:
+            if not isinstance(cm_id, CmId) or cm_id.channel is not self:
+                return UsageError("destroy_ids takes ids of this channel, got %r" % (cm_id,))
+            if cm_id._state is _DESTROYED:
+                return StateError("destroy_ids: id uid %d is already destroyed" % cm_id.uid)
+            if id(cm_id) in seen:
+                return UsageError("destroy_ids: id uid %d is given twice" % cm_id.uid)
+            seen.add(id(cm_id))
+        return UsageError("destroy_ids: %d ids that cannot be told apart" % len(ids))  # pragma: no cover
+
+    def destroy_ids(self, ids: Iterable[CmId]) -> List[int]:
+        """Destroy many ids of this channel; their ``events_reported``, in order.
+
+        Every id is checked first (of this channel, not destroyed, given once: UsageError
+        or StateError before any syscall). Ids with events not acked are reported in one
+        :class:`UnackedEventsWarning`.
+        """
+        ids = list(ids)
+        if self._live != _hot.PID:
+            if self.closed:
+                for cm_id in ids:
+                    if getattr(cm_id, "channel", None) is self:
+                        cm_id._state = _DESTROYED
+                raise StateError("destroy_ids: the event channel is closed (the kernel destroyed its ids then)")
+            self._check()
+        try:  # one pass that only says yes or no; _destroy_refusal says what is wrong
+            ok = all([cm_id.channel is self and cm_id._state is not _DESTROYED for cm_id in ids])
+            ok = ok and len(set(ids)) == len(ids)
+        except (AttributeError, TypeError):
+            ok = False
+        if not ok:
+            raise self._destroy_refusal(ids)
+        if self._wait_first:  # a sync id's own channel: its destroy() closes the channel too
+            return [cm_id.destroy() for cm_id in ids]
+        return _hot.destroy_many(self, ids)
+
+    @staticmethod
+    def _unacked_warning(ids: List[CmId], one: bool = False) -> UnackedEventsWarning:
+        """The warning of destroy() (``one``) or destroy_ids() for ids with events not acked."""
+        if one:
+            return UnackedEventsWarning(
+                "id uid %d destroyed with %d event(s) not acked (harmless here; librdmacm would block)"
+                % (ids[0].uid, ids[0]._unacked))
+        return UnackedEventsWarning(
+            "%d id(s) destroyed with %d event(s) not acked, uid %s (harmless here; librdmacm "
+            "would block)" % (len(ids), sum(i._unacked for i in ids),
+                              ", ".join(str(i.uid) for i in ids[:8]) + (" ..." if len(ids) > 8 else "")))
+
+
+_TRANSPORT_CALLS = ("fileno", "write", "direct_fd", "close", "identify_device")
+
+
+def _check_transport(t: Any) -> None:
+    missing = [name for name in _TRANSPORT_CALLS if not callable(getattr(t, name, None))]
+    if not hasattr(t, "legacy"):
+        missing.append("legacy")
+    if missing:
+        raise UsageError("%r is no rdma_cm transport: it lacks %s (see pyrdmacm._device.Transport; "
+                         "pyrdmacm.testing.FakeKernel is one)" % (t, ", ".join(missing)))
+
+
+def _fd_closed_behind() -> StateError:
+    return StateError(
+        "the event channel's fd was closed behind its back (EBADF: os.close() on its fileno()?); "
+        "close channels with close(), and open a new EventChannel"
+    )

@@ -1,8 +1,8 @@
 """The behavioural suite of the core, run twice: against the fake kernel on the
 host (tests/test_cm_fake.py) and against the real rdma_cm in the kernel lab
-(tests/kernel/test_cm_kernel.py).  Each importer provides a ``world`` fixture
-(see :class:`World`); the expectations here hold for both, which is what
-keeps the fake honest.
+(tests/kernel/test_cm_kernel.py).  Each tier subclasses ``behaviour.suite(...)`` of this
+module and provides a ``world`` fixture (see :class:`World`): every ``test_*`` here runs
+in both, and the expectations hold for both, which is what keeps the fake honest.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import pytest
 
 from pyrdmacm.abi import CmEventType as E
 from pyrdmacm.abi import PortSpace, QpType
 from pyrdmacm._device import KernelDevice
-from pyrdmacm.cm import CmId, EventChannel, SourceIgnoredWarning, State, UnackedEventsWarning
+from pyrdmacm import CmId, EventChannel, SourceIgnoredWarning, State, UnackedEventsWarning
 from pyrdmacm.errors import EventError, KernelError, StateError, UsageError
 
 
@@ -36,6 +36,9 @@ class World:
     device: str  # the RDMA device name the local address maps to
     #: seconds the silent-destination case may take beyond its timeout
     slack: float = 2.0
+    #: what ``EventChannel()`` opens (PYRDMACM_DEVICE) where the tier has no rdma_cm: a
+    #: character device that takes writes, for the tests of opening itself
+    device_path: Optional[str] = None
 
     def channel(self) -> EventChannel:
         return EventChannel(self.transport())
@@ -223,7 +226,7 @@ def test_ps_ib_takes_a_qp_type(world: World):
 
 
 def test_sync_mode(world: World, monkeypatch):
-    import pyrdmacm.cm
+    import pyrdmacm.channel
 
     made = []
 
@@ -232,7 +235,7 @@ def test_sync_mode(world: World, monkeypatch):
         made.append(t)
         return t
 
-    monkeypatch.setattr(pyrdmacm.cm, "KernelDevice", device)
+    monkeypatch.setattr(pyrdmacm.channel, "KernelDevice", device)
     cm = CmId(None)
     ev = cm.resolve_addr(world.local, timeout_ms=1000)
     assert ev.event is E.ADDR_RESOLVED
@@ -276,13 +279,13 @@ def test_closed_channel(world: World):
 
 def test_create_id_makes_the_same_id_as_the_class(world: World):
     """``channel.create_id()`` (rdma_create_id's shape) and ``CmId(channel)`` give the same
-    ids, numbered from one counter; other port spaces, a QP type or a context take the
+    ids, numbered from one counter for the whole process; other port spaces, a QP type or a context take the
     class's checks, and a refusal leaves the channel and its ids as they were."""
     with world.channel() as ch:
         a = ch.create_id()
         b = CmId(ch)
         c = ch.create_id()
-        assert type(a) is CmId and (a.uid, b.uid, c.uid) == (1, 2, 3)
+        assert type(a) is CmId and 0 < a.uid and (b.uid, c.uid) == (a.uid + 1, a.uid + 2)
         assert (a.ps, a.qp_type, a.sync, a.context, a.state) == (PortSpace.TCP, QpType.RC, False, None, State.IDLE)
         assert a.channel is ch and ch.ids == [a, b, c] and len({a.handle, b.handle, c.handle}) == 3
         u = ch.create_id(PortSpace.UDP, context="mine")
@@ -306,7 +309,8 @@ def test_many_ids_at_once(world: World):
     with world.channel() as ch, world.channel() as other:
         first = CmId(ch)
         ids = ch.create_ids(5)
-        assert [i.uid for i in ids] == [2, 3, 4, 5, 6] and len({i.handle for i in ids} | {first.handle}) == 6
+        assert [i.uid for i in ids] == [first.uid + k for k in range(1, 6)]
+        assert len({i.handle for i in ids} | {first.handle}) == 6
         assert all((i.ps, i.qp_type, i.state, i.channel) == (PortSpace.TCP, QpType.RC, State.IDLE, ch) for i in ids)
         assert ch.ids == [first] + ids and ch.create_ids(0) == []
         udp = ch.create_ids(2, PortSpace.UDP)
@@ -431,9 +435,6 @@ def test_many_ids_one_channel(world: World):
         assert ch.ids == []
 
 
-__all__ = [n for n in dir() if n.startswith("test_")] + ["World", "wait"]
-
-
 def test_asyncio_resolves_many_ids_concurrently(world: World):
     import asyncio
 
@@ -460,9 +461,6 @@ def test_asyncio_resolves_many_ids_concurrently(world: World):
         assert ach.channel.closed
 
     asyncio.run(main())
-
-
-__all__.append("test_asyncio_resolves_many_ids_concurrently")
 
 
 # -- faults: each has a defined outcome, and the channel and the other ids keep working
@@ -632,11 +630,221 @@ def test_use_after_destroy_is_refused_before_the_syscall(world: World):
         assert wait(ch).id is other
 
 
-__all__ += [
-    "test_forked_child_is_refused_the_parents_channel",
-    "test_signal_during_a_blocking_wait_is_absorbed",
-    "test_signal_handler_that_raises_ends_the_wait_and_the_channel_survives",
-    "test_close_wakes_a_thread_waiting_for_events",
-    "test_fd_closed_behind_the_channels_back",
-    "test_use_after_destroy_is_refused_before_the_syscall",
-]
+# --------------------------------------------------------------------------- faults of the old core
+
+def test_a_thread_reading_events_while_another_resolves(world: World):
+    """The reader thread may read an id's event while the writer is still inside write():
+    the id must move all the same (its state is set before the write)."""
+    n = 200
+    with world.channel() as ch:
+        ids = ch.create_ids(n)
+        got: list = []
+        stop = threading.Event()
+
+        def reader():
+            while not stop.is_set():
+                ev = ch.get_event(0.05)
+                if ev is not None:
+                    ev.ack()
+                    got.append(ev)
+
+        def until(count):
+            deadline = time.monotonic() + 30
+            while len(got) < count and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert len(got) == count, "%d of %d events" % (len(got), count)
+
+        t = threading.Thread(target=reader)
+        t.start()
+        try:
+            for i in ids:
+                i.resolve_addr(world.local, timeout_ms=5000)
+            until(n)
+            assert [i.state for i in ids] == [State.ADDR_RESOLVED] * n
+            for i in ids:
+                i.resolve_route(5000)  # would raise StateError for an id stuck in ADDR_QUERY
+            until(2 * n)
+            assert [i.state for i in ids] == [State.ROUTE_RESOLVED] * n
+        finally:
+            stop.set()
+            t.join()
+        assert ch.destroy_ids(ids) == [2] * n
+
+
+def test_a_forked_child_closing_the_parents_channel_leaves_the_parent_alone(world: World, monkeypatch):
+    """The child's close() (or the end of its ``with`` block) must not wake the parent's waits
+    for ever (the eventfd is shared after fork), nor destroy the parent's ids."""
+    import os
+
+    from pyrdmacm import _device
+
+    polls = []
+    real = _device.wait
+    monkeypatch.setattr(_device, "wait", lambda *a: polls.append(a) or real(*a))
+    with world.channel() as ch:
+        cm = CmId(ch)
+        pid = os.fork()
+        if pid == 0:  # the child: leave the parent's channel the two ways a child would
+            code = 1
+            try:
+                with ch:
+                    pass
+                ch.close()
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        assert ch.get_event(0.3) is None
+        assert len(polls) <= 3, "the parent's wait spun: %d polls in 0.3 s" % len(polls)
+        cm.resolve_addr(world.local, timeout_ms=2000)  # the parent's channel and id still work
+        ev = wait(ch)
+        assert ev.event is E.ADDR_RESOLVED and ev.id is cm
+        ev.ack()
+        assert cm.destroy() == 1
+
+
+def _fill_fd_holes():
+    """Open /dev/null until the next fd is above every open one: the limit then decides alone."""
+    import os
+
+    held = []
+    top = max(int(n) for n in os.listdir("/proc/self/fd"))
+    while True:
+        fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        held.append(fd)
+        if fd >= top:
+            return held
+
+
+def test_at_the_fd_limit_opening_a_channel_says_so_and_leaks_nothing(world: World, monkeypatch):
+    import os
+    import resource
+
+    from pyrdmacm.errors import DeviceNodeError
+
+    if world.device_path:
+        monkeypatch.setenv("PYRDMACM_DEVICE", world.device_path)
+    EventChannel().close()  # what a first channel opens once per process is open now
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held = _fill_fd_holes()
+    try:
+        before = sorted(os.listdir("/proc/self/fd"))
+        nxt = held[-1] + 1
+        for spare in (0, 1):  # no fd left; one (the channel's waker gets it, the device not)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nxt + spare, hard))
+            try:
+                with pytest.raises(DeviceNodeError) as e:
+                    EventChannel()
+            finally:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            assert e.value.errno == errno.EMFILE and "ulimit -n" in str(e.value), e.value
+            assert sorted(os.listdir("/proc/self/fd")) == before, "an fd leaked (spare %d)" % spare
+    finally:
+        for fd in held:
+            os.close(fd)
+    with world.channel() as ch:  # and all is well again
+        cm = CmId(ch)
+        cm.resolve_addr(world.local, timeout_ms=2000)
+        assert wait(ch).event is E.ADDR_RESOLVED
+
+
+def test_get_event_timeouts(world: World):
+    """Infinity waits for ever, a timeout beyond poll()'s range too; NaN, negatives and
+    non-numbers are refused by name; the channel stays usable after each."""
+    from fractions import Fraction
+
+    with world.channel() as ch:
+        for bad in (float("nan"), -1, -0.5, "1", b"1", [1], True, 1j):
+            with pytest.raises(UsageError, match="timeout"):
+                ch.get_event(bad)
+            with pytest.raises(UsageError, match="timeout"):
+                ch.get_events(4, bad)
+        assert ch.get_event(0.0) is None and ch.get_event(Fraction(1, 50)) is None
+        for forever in (float("inf"), 1e12, 2 ** 40, None):
+            cm = CmId(ch)
+            cm.resolve_addr(world.local, timeout_ms=2000)
+            ev = ch.get_event(forever)
+            assert ev is not None and ev.event is E.ADDR_RESOLVED and ev.id is cm
+            ev.ack()
+            cm.destroy()
+
+
+def test_bad_arguments_name_the_argument_and_lose_nothing(world: World):
+    with world.channel() as ch:
+        cm = CmId(ch)
+        for kwargs, name in (
+            ({"qkey": -1}, "qkey"), ({"qkey": 2 ** 32}, "qkey"), ({"qkey": "1"}, "qkey"),
+            ({"srq": 2}, "srq"), ({"flow_control": 2}, "flow_control"), ({"flow_control": None}, "flow_control"),
+            ({"ece": (1,)}, "ece"), ({"ece": ("a", 0)}, "ece vendor_id"), ({"ece": (0, 2 ** 32)}, "ece attr_mod"),
+            ({"ece": [0, 0]}, "ece"), ({"qp_num": 2 ** 24}, "qp_num"), ({"qp_num": True}, "qp_num"),
+            ({"private_data": "abc"}, "private_data"), ({"private_data": b"x" * 257}, "private_data"),
+            ({"retry_count": 8}, "retry_count"), ({"responder_resources": 1.0}, "responder_resources"),
+        ):
+            with pytest.raises(UsageError, match=name):
+                cm.connect(**kwargs)
+        for bad in ("rc", 99, 2.0, True):
+            with pytest.raises(UsageError, match="qp_type"):
+                CmId(ch, PortSpace.IB, qp_type=bad)
+        for bad in ("tcp", 1.5, None, True):
+            with pytest.raises(UsageError, match="port space"):
+                CmId(ch, bad)
+        for bad in (-1, 2 ** 31, "8", 1.0):
+            with pytest.raises(UsageError, match="backlog"):
+                cm.listen(bad)
+        for bad in (0, -1, 2 ** 32, "5", None):
+            with pytest.raises(UsageError, match="timeout_ms"):
+                cm.resolve_route(bad)
+        for bad in (-1, 2 ** 32, "5", None, 1.5):
+            with pytest.raises(UsageError, match="timeout_ms"):
+                cm.resolve_addr(world.local, timeout_ms=bad)
+        assert cm.state is State.IDLE and ch.ids == [cm]
+        cm.resolve_addr(world.local, timeout_ms=2000)
+        assert wait(ch).event is E.ADDR_RESOLVED
+
+
+def test_src_is_keyword_only(world: World):
+    """C's order is (src, dst): a positional source must not be taken for anything."""
+    with world.channel() as ch:
+        cm = CmId(ch)
+        with pytest.raises(TypeError):
+            cm.resolve_addr(world.local, world.local)  # type: ignore[misc]
+        assert cm.state is State.IDLE
+
+
+def test_uids_are_unique_across_channels_and_a_request_has_none(world: World):
+    with world.channel() as a, world.channel() as b:
+        ids = [a.create_id(), b.create_id(), CmId(a), CmId(b)] + a.create_ids(3) + b.create_ids(3)
+        assert len({i.uid for i in ids}) == len(ids) and 0 not in {i.uid for i in ids}
+
+
+def test_a_write_racing_with_close_never_reaches_a_file_that_reused_the_number(world: World, monkeypatch):
+    """A hot path reads the fd, another thread closes the channel, a file opened meanwhile
+    gets a number: the write must not reach it.  The closed device's number stays taken
+    (pointed at a read-only /dev/null) until the channel is gone."""
+    import gc
+    import os
+
+    from pyrdmacm import _device, wire
+
+    if world.device_path:
+        monkeypatch.setenv("PYRDMACM_DEVICE", world.device_path)
+    ch = EventChannel()
+    fd = ch._fd  # what a hot path had read when the other thread's close() came
+    assert fd >= 0
+    ch.close()
+    r, w = os.pipe()
+    try:
+        assert fd not in (r, w), "the closed device's number was given to a new file"
+        with pytest.raises(OSError) as e:
+            _device.device_write(fd, wire.COMMAND["DESTROY_ID"].encode(0, 1, 0))
+        assert e.value.errno == errno.EBADF
+    finally:
+        os.close(r)
+        os.close(w)
+    with pytest.raises(StateError, match="closed"):
+        ch.get_event(0)
+    del ch
+    gc.collect()
+    with pytest.raises(OSError):
+        os.fstat(fd)  # freed with the channel

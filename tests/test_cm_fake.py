@@ -1,10 +1,13 @@
 """The core's behavioural suite (tests/cm_behaviour.py) against the fake kernel."""
 
 import errno
+import os
 
 import pytest
 
-from cm_behaviour import *  # noqa: F401,F403
+import aio_behaviour
+import cm_behaviour
+from behaviour import suite, suite_tests
 from cm_behaviour import World
 from pyrdmacm.fake import FakeDevice, FakeKernel, FakeNet
 
@@ -27,12 +30,13 @@ def world(request):
         not_local="10.0.0.77",
         device=FakeDevice().name,
         slack=0.5,
+        device_path=os.devnull,
     )
 
 
 def _resolved(kernel):
     from pyrdmacm.abi import CmEventType as E
-    from pyrdmacm.cm import CmId, EventChannel
+    from pyrdmacm import CmId, EventChannel
 
     ch = EventChannel(kernel)
     cm = CmId(ch)
@@ -76,7 +80,7 @@ def test_event_for_an_id_the_channel_does_not_know_is_dropped():
 
     from pyrdmacm._codec import CODECS
     from pyrdmacm.abi import CmEventType as E
-    from pyrdmacm.cm import CmId, EventChannel
+    from pyrdmacm import CmId, EventChannel
 
     kernel = FakeKernel(FakeNet())
     with EventChannel(kernel) as ch:
@@ -99,7 +103,7 @@ def test_events_outside_the_transition_table_are_delivered_as_they_come(read):
 
     from pyrdmacm._codec import CODECS
     from pyrdmacm.abi import CmEventType as E
-    from pyrdmacm.cm import CmId, EventChannel, State
+    from pyrdmacm import CmId, EventChannel, State
 
     kernel = FakeKernel(FakeNet())
     pack = CODECS["rdma_ucm_event_resp"].pack_dict
@@ -131,7 +135,7 @@ def test_a_connection_request_adopts_a_new_id_and_destroying_it_keeps_the_listen
 
     from pyrdmacm._codec import CODECS
     from pyrdmacm.abi import CmEventType as E
-    from pyrdmacm.cm import CmId, EventChannel, State
+    from pyrdmacm import CmId, EventChannel, State
     from pyrdmacm.fake import _Ctx
 
     kernel = FakeKernel(FakeNet())
@@ -154,7 +158,10 @@ def test_a_connection_request_adopts_a_new_id_and_destroying_it_keeps_the_listen
         assert ev.event is E.CONNECT_REQUEST and ev.listen_id is listener
         new = ev.id
         assert isinstance(new, CmId) and new is not listener and new.handle == handle
-        assert (new.uid, new.state, new.ps) == (listener.uid, State.CONNECT, listener.ps)
+        # a request's id has no uid until it is accepted (the kernel queues nothing for uid 0),
+        # and is not in the channel's registry: the listener's uid stays the listener's
+        assert (new.uid, new.state, new.ps) == (0, State.REQUEST, listener.ps)
+        assert ch.ids == [listener]
         ev.ack()
         assert new.destroy() == 1 and handle not in kernel._ctx  # the request counted on the new id
         assert ch.ids == [listener] and listener.state is State.LISTEN
@@ -169,7 +176,7 @@ def test_a_connection_request_adopts_a_new_id_and_destroying_it_keeps_the_listen
 def test_create_ids_is_all_or_nothing():
     """A refusal part-way (here the third CREATE_ID: ENOMEM) destroys the ids already made
     and raises the kernel's errno; the channel goes on."""
-    from pyrdmacm.cm import EventChannel
+    from pyrdmacm import EventChannel
     from pyrdmacm.errors import KernelError
 
     class Tight(FakeKernel):
@@ -190,3 +197,11 @@ def test_create_ids_is_all_or_nothing():
         kernel.left = 3
         ids = ch.create_ids(3)
         assert len(ids) == 3 and len(kernel._ctx) == 3 and ch.ids == ids
+
+
+class TestFakeKernel(suite(cm_behaviour, aio_behaviour)):
+    """Every test of the behavioural suites, against the fake kernel."""
+
+
+def test_every_behavioural_test_runs_in_this_tier():
+    assert suite_tests(cm_behaviour, aio_behaviour) <= set(dir(TestFakeKernel)) and len(suite_tests(cm_behaviour)) > 30

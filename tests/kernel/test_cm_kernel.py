@@ -12,7 +12,9 @@ import subprocess
 
 import pytest
 
-from cm_behaviour import *  # noqa: F401,F403
+import aio_behaviour
+import cm_behaviour
+from behaviour import suite, suite_tests
 from cm_behaviour import World
 from pyrdmacm._device import KernelDevice
 
@@ -74,3 +76,11 @@ def test_abi_version_comes_from_netlink_and_names_the_node(tmp_path):
     os.mknod(str(node), stat.S_IFCHR | 0o666, os.makedev(1, 3))
     with pytest.raises(DeviceNodeError, match="stale"):
         _device.KernelDevice(str(node))
+
+
+class TestRealKernel(suite(cm_behaviour, aio_behaviour)):
+    """Every test of the behavioural suites, against the real rdma_cm."""
+
+
+def test_every_behavioural_test_runs_in_this_tier():
+    assert suite_tests(cm_behaviour, aio_behaviour) <= set(dir(TestRealKernel)) and len(suite_tests(cm_behaviour)) > 30

@@ -200,7 +200,13 @@ class CmId:
 
     @property
     def state(self) -> State:
+        """Where the id is (:class:`~pyrdmacm.state.State`), as its calls and events moved it."""
         return self._state
+
+    @property
+    def unacked(self) -> int:
+        """How many of the id's events are not acknowledged yet (``destroy()`` warns of them)."""
+        return self._unacked
 
     def __repr__(self) -> str:
         return "<CmId uid=%d handle=%s %s %s>" % (self.uid, getattr(self, "handle", "?"), self.ps.name, self._state)

@@ -328,7 +328,7 @@ def test_many_ids_at_once(world: World):
         while len(evs) < 5 and time.monotonic() < deadline:
             evs += ch.get_events(8, timeout=1, ack=True)
         assert sorted(e.id.uid for e in evs) == [i.uid for i in ids]
-        assert {e.event for e in evs} == {E.ADDR_RESOLVED} and all(i._unacked == 0 for i in ids)
+        assert {e.event for e in evs} == {E.ADDR_RESOLVED} and all(i.unacked == 0 for i in ids)
         # refused before any syscall: another channel's id, an id twice, a destroyed id
         foreign = CmId(other)
         with pytest.raises(UsageError, match="ids of this channel"):

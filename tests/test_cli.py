@@ -81,7 +81,7 @@ def test_python_dash_m_and_help():
 def fake_rdma_cm(monkeypatch):
     """`pyrdmacm resolve` against the fake kernel: 10.0.0.1 local, 10.0.0.2 answers, 10.0.0.99 silent."""
     import pyrdmacm.channel
-    from pyrdmacm.fake import FakeKernel, FakeNet
+    from pyrdmacm.testing import FakeKernel, FakeNet
 
     made = []
 

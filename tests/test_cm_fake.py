@@ -9,7 +9,7 @@ import aio_behaviour
 import cm_behaviour
 from behaviour import suite, suite_tests
 from cm_behaviour import World
-from pyrdmacm.fake import FakeDevice, FakeKernel, FakeNet
+from pyrdmacm.testing import FakeDevice, FakeKernel, FakeNet
 
 
 class LegacyFakeKernel(FakeKernel):
@@ -84,9 +84,7 @@ def test_event_for_an_id_the_channel_does_not_know_is_dropped():
 
     kernel = FakeKernel(FakeNet())
     with EventChannel(kernel) as ch:
-        stale = CODECS["rdma_ucm_event_resp"].pack_dict({"uid": 999, "id": 77, "event": int(E.ADDR_RESOLVED)})
-        kernel._events.append((77, stale))
-        os.write(kernel._w, b"e")
+        kernel.inject_event(77, E.ADDR_RESOLVED, uid=999)  # no id of this channel has uid 999
         assert ch.get_event(0.2) is None  # dropped, not raised, not handed out
         cm = CmId(ch)
         cm.resolve_addr("10.0.0.1", timeout_ms=1000)
@@ -109,9 +107,8 @@ def test_events_outside_the_transition_table_are_delivered_as_they_come(read):
     pack = CODECS["rdma_ucm_event_resp"].pack_dict
     with EventChannel(kernel) as ch:
         cm = CmId(ch)
-        for ev_type, status in ((int(E.ADDR_CHANGE), 0), (99, 0xFFFFFF92), (int(E.ADDR_RESOLVED), 0)):
-            kernel._events.append((cm.handle, pack({"uid": cm.uid, "id": cm.handle, "event": ev_type, "status": status})))
-            os.write(kernel._w, b"e")
+        for ev_type, status in ((int(E.ADDR_CHANGE), 0), (99, -110), (int(E.ADDR_RESOLVED), 0)):
+            kernel.inject_event(cm.handle, ev_type, status)
         if read == "get_event":
             got = [ch.get_event(1) for _ in range(3)]
         else:
@@ -119,39 +116,29 @@ def test_events_outside_the_transition_table_are_delivered_as_they_come(read):
         assert [(e.event, e.status, e.id) for e in got] == [(E.ADDR_CHANGE, 0, cm), (99, -110, cm), (E.ADDR_RESOLVED, 0, cm)]
         assert got[0].event is E.ADDR_CHANGE and got[1].status_name == "ETIMEDOUT"
         # neither odd event moved the id (IDLE has no row for them, nor for ADDR_RESOLVED)
-        assert cm.state is State.IDLE and cm._unacked == 3
+        assert cm.state is State.IDLE and cm.unacked == 3
         for e in got:
             e.ack()
         cm.resolve_addr("10.0.0.1", timeout_ms=1000)
         ev = ch.get_event(5)
-        assert ev.event is E.ADDR_RESOLVED and cm.state is State.ADDR_RESOLVED and cm._unacked == 1
+        assert ev.event is E.ADDR_RESOLVED and cm.state is State.ADDR_RESOLVED and cm.unacked == 1
 
 
 def test_a_connection_request_adopts_a_new_id_and_destroying_it_keeps_the_listener():
     """The kernel reports a connection request with the listener's uid and the handle of a
-    new id it made; the channel adopts that id (sharing the uid). Destroying the adopted id
-    must not unregister the listener, whose next requests still reach it."""
-    import os
-
-    from pyrdmacm._codec import CODECS
+    new id it made; the channel makes an id for it (without a uid until accepted).
+    Destroying that id must not unregister the listener, whose next requests still reach it."""
     from pyrdmacm.abi import CmEventType as E
     from pyrdmacm import CmId, EventChannel, State
-    from pyrdmacm.fake import _Ctx
 
     kernel = FakeKernel(FakeNet())
-    pack = CODECS["rdma_ucm_event_resp"].pack_dict
     with EventChannel(kernel) as ch:
         listener = CmId(ch)
         listener.bind_addr("10.0.0.1:7471")
         listener.listen(8)
 
         def request():  # what rdma_cm does: a new kernel id, reported under the listener's uid
-            handle = kernel._next
-            kernel._next += 1
-            kernel._ctx[handle] = _Ctx(handle, listener.uid, int(listener.ps), int(listener.qp_type))
-            kernel._events.append((handle, pack({"uid": listener.uid, "id": handle, "event": int(E.CONNECT_REQUEST)})))
-            os.write(kernel._w, b"e")
-            return handle
+            return kernel.incoming_request(listener.handle)
 
         handle = request()
         ev = ch.get_event(1)
@@ -163,7 +150,7 @@ def test_a_connection_request_adopts_a_new_id_and_destroying_it_keeps_the_listen
         assert (new.uid, new.state, new.ps) == (0, State.REQUEST, listener.ps)
         assert ch.ids == [listener]
         ev.ack()
-        assert new.destroy() == 1 and handle not in kernel._ctx  # the request counted on the new id
+        assert new.destroy() == 1 and handle not in kernel.ids  # the request counted on the new id
         assert ch.ids == [listener] and listener.state is State.LISTEN
         request()
         ev = ch.get_event(1)
@@ -193,10 +180,10 @@ def test_create_ids_is_all_or_nothing():
         with pytest.raises(KernelError) as exc:
             ch.create_ids(5)
         assert exc.value.errno == errno.ENOMEM and "CREATE_ID" in str(exc.value)
-        assert ch.ids == [] and kernel._ctx == {}
+        assert ch.ids == [] and kernel.ids == {}
         kernel.left = 3
         ids = ch.create_ids(3)
-        assert len(ids) == 3 and len(kernel._ctx) == 3 and ch.ids == ids
+        assert len(ids) == 3 and len(kernel.ids) == 3 and ch.ids == ids
 
 
 class TestFakeKernel(suite(cm_behaviour, aio_behaviour)):

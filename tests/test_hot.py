@@ -18,7 +18,7 @@ from pyrdmacm import _hot, cmid
 from pyrdmacm.abi import CmEventType as E
 from pyrdmacm.abi import UserCmCmd as C
 from pyrdmacm._codec import CODECS
-from pyrdmacm.fake import FakeKernel, FakeNet
+from pyrdmacm.testing import FakeKernel, FakeNet
 from pyrdmacm.state import Call
 
 class LegacyFakeKernel(FakeKernel):

@@ -365,7 +365,7 @@ def _missing_zone(ip: str) -> str:
 def test_link_local_without_zone_is_refused_as_resolve_addr_refuses_it(devs: List[D.Device], dst: str,
                                                                         src: Optional[str]) -> None:
     from pyrdmacm import CmId, EventChannel
-    from pyrdmacm.fake import FakeKernel
+    from pyrdmacm.testing import FakeKernel
 
     with EventChannel(FakeKernel()) as ch, pytest.raises(UsageError) as lib:
         CmId(ch).resolve_addr(dst, src=src)

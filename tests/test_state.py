@@ -241,7 +241,7 @@ OFFERED = {
                                    S.ROUTE_RESOLVED, S.LISTEN, S.DESTROYED], ids=str)
 def test_every_illegal_call_is_refused_before_any_syscall(state):
     from pyrdmacm import EventChannel, StateError
-    from pyrdmacm.fake import FakeKernel
+    from pyrdmacm.testing import FakeKernel
 
     for call, do in OFFERED.items():
         kernel = FakeKernel()

@@ -1,0 +1,18 @@
+"""Test tools that pyrdmacm ships, for its own tests and for programs built on it.
+
+* :class:`FakeKernel` (with :class:`FakeNet`, :class:`FakeDevice`): an rdma_cm that
+  speaks the real bytes over a pipe, for tests on any machine:
+  ``EventChannel(FakeKernel(FakeNet(...)))``; it can be told to queue any event
+  (:meth:`~FakeKernel.inject_event`, :meth:`~FakeKernel.incoming_request`) and shows what
+  it holds (:attr:`~FakeKernel.ids`, :attr:`~FakeKernel.commands`).
+* :func:`run_conformance`: the checker of the running kernel's rdma_cm contract
+  (``pyrdmacm conformance``), as a function that returns its results.
+"""
+
+from __future__ import annotations
+
+from ..conformance import CASES, Result
+from ..conformance import run as run_conformance
+from .fake import FakeDevice, FakeId, FakeKernel, FakeNet
+
+__all__ = ["FakeDevice", "FakeId", "FakeKernel", "FakeNet", "run_conformance", "CASES", "Result"]

@@ -197,7 +197,7 @@ class FakeKernel:
     # -- the device's operations
     def fileno(self) -> int:
         if self.closed:
-            from .errors import UsageError
+            from ..errors import UsageError
 
             raise UsageError("the rdma_cm channel is closed")
         return self._r

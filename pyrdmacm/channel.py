@@ -329,6 +329,17 @@ class EventChannel:
                 return
             yield ev
 
+    def _register(self, cm_id: CmId) -> int:
+        """Give a connection request's id (uid 0, not registered) a fresh uid and register it:
+        what ACCEPT needs (the kernel queues the id's events under the uid ACCEPT carries)."""
+        if cm_id.uid:
+            raise StateError("id uid %d is registered already" % cm_id.uid)
+        if cm_id.channel is not self:
+            raise UsageError("%r is not an id of this channel" % (cm_id,))
+        uid = cm_id.uid = _hot.next_uid()
+        self._ids[uid] = cm_id
+        return uid
+
     @property
     def ids(self) -> List[CmId]:
         """The ids whose events this channel reads."""

@@ -160,6 +160,35 @@ def test_a_connection_request_adopts_a_new_id_and_destroying_it_keeps_the_listen
         assert listener.destroy() == 0 and ch.ids == []
 
 
+def test_a_request_id_registered_under_a_fresh_uid_gets_its_events():
+    """What ACCEPT will do: the request's id takes a uid of its own, then its events (which
+    the kernel queues under that uid) reach it, and the listener's still reach the listener."""
+    from pyrdmacm.abi import CmEventType as E
+    from pyrdmacm import CmId, EventChannel, State, StateError
+
+    kernel = FakeKernel(FakeNet())
+    with EventChannel(kernel) as ch, EventChannel(FakeKernel(FakeNet())) as other:
+        listener = CmId(ch)
+        listener.listen()
+        kernel.incoming_request(listener.handle)
+        req = ch.get_event(1)
+        new = req.id
+        uid = ch._register(new)
+        assert new.uid == uid and uid not in (0, listener.uid) and set(ch.ids) == {listener, new}
+        with pytest.raises(StateError):
+            ch._register(new)
+        kernel.inject_event(new.handle, E.ESTABLISHED, uid=uid)
+        ev = ch.get_event(1)
+        # delivered; the state stays: only an accept (REQUEST -> CONNECT) lets ESTABLISHED move it
+        assert ev.id is new and ev.event is E.ESTABLISHED and new.state is State.REQUEST
+        with pytest.raises(UsageError):
+            other._register(CmId(ch))
+        req.ack()
+        ev.ack()
+        new.destroy()
+        assert ch.ids == [listener]
+
+
 def test_create_ids_is_all_or_nothing():
     """A refusal part-way (here the third CREATE_ID: ENOMEM) destroys the ids already made
     and raises the kernel's errno; the channel goes on."""

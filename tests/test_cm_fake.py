@@ -164,7 +164,7 @@ def test_a_request_id_registered_under_a_fresh_uid_gets_its_events():
     """What ACCEPT will do: the request's id takes a uid of its own, then its events (which
     the kernel queues under that uid) reach it, and the listener's still reach the listener."""
     from pyrdmacm.abi import CmEventType as E
-    from pyrdmacm import CmId, EventChannel, State, StateError
+    from pyrdmacm import CmId, EventChannel, State, StateError, UsageError
 
     kernel = FakeKernel(FakeNet())
     with EventChannel(kernel) as ch, EventChannel(FakeKernel(FakeNet())) as other:

@@ -227,7 +227,7 @@ class _Net:
 def _zone(z: Any, net: _Net, what: str) -> Optional[int]:
     if z is None or z == "" or z == 0:
         return None
-    if isinstance(z, int) or (isinstance(z, str) and z.isdigit()):
+    if isinstance(z, int) or (isinstance(z, str) and z.isascii() and z.isdigit()):
         idx = int(z)
         if idx not in net.by_index:
             raise PrecheckError(

@@ -156,3 +156,9 @@ def test_gids_of_ipv4_addresses_print_in_dotted_form():
     assert cli._ip_text(ipaddress.IPv6Address("::ffff:a00:20f")) == "::ffff:10.0.2.15"
     assert cli._ip_text(ipaddress.IPv6Address("fe80::5054:ff:fe12:3456")) == "fe80::5054:ff:fe12:3456"
     assert cli._jsonable({"sgid": ipaddress.IPv6Address("::ffff:a00:202")}) == {"sgid": "::ffff:10.0.2.2"}
+
+
+@pytest.mark.parametrize("zone", ["\u00b2", "\u0661", "\uff11"])
+def test_route_refuses_a_zone_in_non_ascii_digits_without_a_traceback(capsys, zone):
+    code, out, err = run(capsys, "route", "fe80::1%" + zone)
+    assert code == cli.EXIT_USAGE and "zone" in err and "Traceback" not in err + out

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import ipaddress
 import warnings
-from typing import TYPE_CHECKING, Any, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple, TypeVar, Union
 
 from . import _hot, abi, wire
 from .addr import AF_IB, Address, AddressLike, parse_address
@@ -53,6 +53,7 @@ _IDLE = State.IDLE
 _ADDR_BOUND = State.ADDR_BOUND
 _CONNECTED = Kind.CONNECTED
 _CMD = wire.COMMAND
+_R = TypeVar("_R")
 
 
 class SourceIgnoredWarning(UserWarning):
@@ -442,6 +443,19 @@ class CmId:
             raise StateError("%s on a destroyed id (uid %d): create a new id" % (call, self.uid))
         self.channel._check()
 
+    def _ask(self, command: str, option: int, prefill: bytes, decode: Callable[[Any], _R]) -> _R:
+        """One QUERY (or QUERY_ROUTE) into the channel's query buffer, under its command lock,
+        the buffer cleared (and prefilled) first; ``decode`` reads the reply."""
+        ch = self.channel
+        buf = ch._r_query
+        with ch._cmd_lock:
+            buf.clear()
+            if prefill:
+                buf.fill(prefill)
+            ch.submit(_CMD[command].encode(buf.address, self.handle, option), _CMD[command].cmd.name,
+                      dst=self._peer())
+            return decode(buf.view)
+
     def query_addr(self) -> AddrInfo:
         """QUERY ADDR (QUERY_ROUTE on old kernels): source, destination, device, port, pkey."""
         self._alive("query_addr")
@@ -449,19 +463,10 @@ class CmId:
         if cache[0] is not None:
             return cache[0]  # type: ignore[no-any-return]
         ch = self.channel
-        buf = ch._r_query
-        with ch._cmd_lock:
-            if ch.legacy:
-                buf.clear()
-                buf.fill(wire.route_reply_prefill())
-                ch.submit(_CMD["QUERY_ROUTE"].encode(buf.address, self.handle, 0), "QUERY_ROUTE")
-                r = wire.route_reply(buf.view)
-            else:
-                buf.clear()
-                buf.fill(wire.addr_reply_prefill())
-                ch.submit(_CMD["QUERY_ADDR"].encode(buf.address, self.handle, abi.QueryOption.ADDR), "QUERY",
-                          dst=self._peer())
-                r = wire.addr_reply(buf.view)
+        if ch.legacy:
+            r = self._ask("QUERY_ROUTE", 0, wire.route_reply_prefill(), wire.route_reply)
+        else:
+            r = self._ask("QUERY_ADDR", abi.QueryOption.ADDR, wire.addr_reply_prefill(), wire.addr_reply)
         device = None
         if r.node_guid or (r.ibdev_index is not None and r.port_num):
             name, index = ch._t.identify_device(r.ibdev_index, r.node_guid)
@@ -476,13 +481,7 @@ class CmId:
         cache = self._answers()
         if cache[1] is not None:
             return cache[1]  # type: ignore[no-any-return]
-        ch = self.channel
-        buf = ch._r_query
-        with ch._cmd_lock:
-            buf.clear()
-            ch.submit(_CMD["QUERY_ADDR"].encode(buf.address, self.handle, abi.QueryOption.GID), "QUERY",
-                      dst=self._peer())
-            r = wire.addr_reply(buf.view)
+        r = self._ask("QUERY_ADDR", abi.QueryOption.GID, b"", wire.addr_reply)
         res = (r.src, r.dst)
         cache[1] = res
         return res
@@ -490,14 +489,8 @@ class CmId:
     def query_path(self) -> List[PathRecord]:
         """QUERY PATH: the path records of the resolved route (up to 6)."""
         self._alive("query_path")
-        ch = self.channel
-        buf = ch._r_query
-        with ch._cmd_lock:
-            buf.clear()
-            ch.submit(_CMD["QUERY_PATH"].encode(buf.address, self.handle, abi.QueryOption.PATH), "QUERY",
-                      dst=self._peer())
-            raw = buf.bytes(wire.QUERY_PATH_REPLY_SIZE)
-        return wire.path_records(raw)
+        return self._ask("QUERY_PATH", abi.QueryOption.PATH, b"",
+                         lambda view: wire.path_records(bytes(view[: wire.QUERY_PATH_REPLY_SIZE])))
 
     # -- librdmacm's accessors
     def get_local_addr(self) -> Optional[Address]:

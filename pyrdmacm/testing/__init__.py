@@ -5,6 +5,10 @@
   ``EventChannel(FakeKernel(FakeNet(...)))``; it can be told to queue any event
   (:meth:`~FakeKernel.inject_event`, :meth:`~FakeKernel.incoming_request`) and shows what
   it holds (:attr:`~FakeKernel.ids`, :attr:`~FakeKernel.commands`).
+* :class:`FakeFabric` (with :class:`FakeHost`, :class:`FabricKernel`): several such
+  hosts joined by a fabric, whose kernels carry the IB CM's messages between them
+  (connect, accept, reject, disconnect, SIDR) as the real ones do for ids without a QP:
+  ``fabric = FakeFabric(); a = fabric.host("10.9.0.1"); EventChannel(a())``.
 * :func:`run_conformance`: the checker of the running kernel's rdma_cm contract
   (``pyrdmacm conformance``), as a function that returns its results.
 """
@@ -13,6 +17,8 @@ from __future__ import annotations
 
 from ..conformance import CASES, Result
 from ..conformance import run as run_conformance
+from .fabric import CmMessage, FabricKernel, FakeFabric, FakeHost
 from .fake import FakeDevice, FakeId, FakeKernel, FakeNet
 
-__all__ = ["FakeDevice", "FakeId", "FakeKernel", "FakeNet", "run_conformance", "CASES", "Result"]
+__all__ = ["FakeDevice", "FakeId", "FakeKernel", "FakeNet", "FakeFabric", "FakeHost", "FabricKernel", "CmMessage",
+           "run_conformance", "CASES", "Result"]

@@ -24,6 +24,10 @@ What a test may do to it or ask of it, without reaching into its fields:
 :meth:`FakeKernel.incoming_request` (a connection request arrives at a listener),
 :attr:`FakeKernel.ids` (every id the fake holds, with its state as the kernel
 would keep it) and :attr:`FakeKernel.commands` (every command written).
+
+Alone, the fake is one host whose CONNECT is always rejected (28).  Several hosts that
+connect to each other, listen, accept, reject and disconnect as the kernel does for ids
+without a QP are :class:`pyrdmacm.testing.FakeFabric`'s (:mod:`pyrdmacm.testing.fabric`).
 """
 
 from __future__ import annotations

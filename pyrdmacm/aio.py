@@ -1,196 +1,554 @@
-"""asyncio on top of the blocking core: a reader on the channel's fd, and futures.
+"""asyncio on top of the core: a reader on the channel's fd, and the outcome of any call awaited.
 
 Theory of operation
 -------------------
-:class:`AsyncChannel` wraps an :class:`~pyrdmacm.cm.EventChannel`.  It
-registers the channel's ``fileno()`` with ``loop.add_reader``; when the fd is
-readable it drains every queued event with ``get_events(n, 0)`` (non-blocking
-GET_EVENTs under one reader guard) and hands each to the future waiting for
-that id, or to the queue read by :meth:`AsyncChannel.get_event`.  Commands are
-the core's own calls (a ``write()`` each, which never blocks), so thousands of
-ids resolve concurrently from one task and no thread is involved.
+:class:`AsyncChannel` wraps an :class:`~pyrdmacm.channel.EventChannel`.  On first use
+it registers the channel's fd with the running loop (``loop.add_reader``); when the fd
+is readable it drains every queued event with ``get_events(n, 0)`` (non-blocking
+GET_EVENTs under one reader guard) and hands each to the waiter of its id, or to the
+queue that :meth:`AsyncChannel.get_event` reads.  Commands are the core's own calls (a
+``write()`` each, which never blocks), so thousands of ids resolve concurrently from
+one task and no thread is involved.
 
-``resolve_addr`` and ``resolve_route`` write their command at once and return
-a future of the outcome event (not a coroutine: a Task per id would cost more
-than the command itself).  A synchronous refusal (``KernelError``,
-``StateError``...) is set on the future, so ``await`` raises it either way.
-For many ids, ``resolve_addr_many`` / ``resolve_route_many`` wait with one
-future for all of them: the cheapest way (1.1-1.2x the blocking API in the lab,
-against about 1.8x for a future per id and ``gather``, most of which is asyncio's
-own cost per future: docs/benchmarks.md).
+One mechanism awaits every verb.  :data:`pyrdmacm.state.OUTCOMES` says which events
+answer a call on an id of a given kind, and :meth:`AsyncChannel.outcome_of` makes the
+call and returns a future of the id's next event among those::
+
+    fut = ach.outcome_of(cm_id, Call.RESOLVE_ROUTE, cm_id.resolve_route, 2000)
+    ev = await fut      # ROUTE_RESOLVED; ROUTE_ERROR raises EventError
+
+The future is resolved with the event, acknowledged (an ok event with a non-zero status
+counts as failed, as in sync mode); a failure event sets
+:class:`~pyrdmacm.errors.EventError` instead, unless ``raise_on_error=False``.  A
+synchronous refusal (``KernelError``, ``StateError``, ``UsageError``) is set on the
+future, so ``await`` raises it either way.  Events of the id that do not answer the
+call (DISCONNECTED, ADDR_CHANGE ...) go to :meth:`~AsyncChannel.get_event`.
+:meth:`~AsyncChannel.outcomes_of` is the batch form: one call per id, one future of
+all their outcome events, in order (and no waiter object per id: the cheapest way).
+A new verb needs nothing here: its row in OUTCOMES is enough.
+
+The verbs spell it out.  ``resolve_addr``, ``resolve_route`` and their ``_many`` forms
+are coroutines (a coroutine sends its command when it first runs: when awaited, or when
+the Task made by ``create_task`` or ``gather`` starts).  ``start_resolve_addr`` and
+``start_resolve_route`` are :meth:`~AsyncChannel.outcome_of` with the verb's arguments
+named: the command is written at once and a future returned, so ``gather`` over them
+needs no Task per id.  What each form costs in the lab (10,000 ids, docs/benchmarks.md):
+the batch call about 1.15x the blocking API; ``gather`` over ``start_*`` futures about
+1.8x (most of it asyncio's own cost per future); ``gather`` over the coroutines more
+again (a Task each)::
 
     async with AsyncChannel() as ach:
-        ids = [ach.channel.create_id() for _ in range(1000)]
-        events = await asyncio.gather(*(ach.resolve_addr(i, "10.0.0.2") for i in ids))
-        events = await ach.resolve_route_many(ids)
+        ids = ach.channel.create_ids(1000)
+        events = await ach.resolve_addr_many(ids, "10.0.0.2")               # one future for all
+        events = await asyncio.gather(*(ach.start_resolve_route(i, 2000) for i in ids))  # one per id
+        ev = await ach.resolve_addr(other, "10.0.0.3")                      # one coroutine
+
+Faults have defined outcomes.  :meth:`AsyncChannel.close` (and the EventChannel's own
+``close()``, even behind the adapter's back: the adapter watches a copy of the channel's
+waker, which ``close()`` signals) fails every waiter -- outcome futures, batches,
+``get_event`` -- with :class:`~pyrdmacm.errors.StateError` "the channel was closed";
+every later call fails the same way.  The loop's readers are removed by the fd numbers
+they were registered under, and an adapter that finds a dead one's reader under its
+channel's fd number replaces it, so a new channel given the same number by the kernel
+sees its events.
+
+A waiter whose future is done before its event comes (cancelled: ``task.cancel()``,
+``asyncio.wait_for`` timing out) keeps its place until the event arrives, which is then
+acknowledged and dropped: the id's state has followed it (``cm_id.state``), and
+``get_event`` is not handed an event its reader did not ask for (and that was acked
+already).  No done-callback is put on the per-id futures to drop the place sooner: it
+would cost more per id than the rest of the adapter's work (add and remove: about 0.3 us
+on the host; a callback that runs: 1.7 us).  Waiters of ids destroyed before their event
+came (the kernel drops a destroyed id's events) are swept out as the table grows (a set
+difference, amortized); a future still pending there fails with StateError.
+
+Read the channel's events through the adapter only: a second reader takes events the
+adapter's waiters are owed.  A reader in another thread makes the adapter's
+``get_events`` refused: every waiter then fails with that StateError (rather than the
+loop spinning on a readable fd), and reading starts again with the next call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import keyword
+import os
+import weakref
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
-from .abi import CmEventType as E
+from .addr import parse_address
 from .channel import EventChannel
 from .cmid import CmId
-from .errors import EventError, StateError, UsageError
+from .errors import EventError, RdmaCmError, StateError, UsageError
 from .events import Event
+from .state import OUTCOMES, Call, Kind, Outcome
 
 __all__ = ["AsyncChannel"]
 
 _DRAIN = 256  # events taken per get_events call when the fd is readable
+#: the waiter table is swept for destroyed ids when it grows past this (then past 4x its size)
+_SWEEP_MIN = 4096
+
+#: how one call is awaited: (event -> True for an ok event, False for a failure -- True for
+#: every outcome event when failures are not raised; the call; raise_on_error; the events
+#: that, with a zero status, simply resolve the wait).  Made once per (call, kind,
+#: raise_on_error): see _spec_tables.
+_Spec = Tuple[Dict[Any, bool], Call, bool, FrozenSet[Any]]
 
 
-def _event_error(ev: Event, spec: Tuple[Any, ...]) -> EventError:
-    """The EventError for a failure event, from a single command's spec (want, command,
-    raise_on_error, dst, src); dst is _NO_CTX for a command without addresses."""
-    ctx = {} if spec[3] is _NO_CTX else {"dst": spec[3], "src": spec[4]}
-    return EventError(ev, spec[1], **ctx)
+def _make_spec(take: Dict[Any, bool], call: Call, raise_on_error: bool) -> _Spec:
+    return (take, call, raise_on_error, frozenset(e for e, ok in take.items() if ok))
 
 
-_NO_CTX = object()
-#: the spec of resolve_route's future (nothing varies but raise_on_error: made once)
-_ROUTE_SPECS = {flag: (E.ROUTE_RESOLVED, "RESOLVE_ROUTE", flag, _NO_CTX, None) for flag in (True, False)}
+def _take(outcome: Outcome) -> Dict[Any, bool]:
+    take = dict.fromkeys(outcome.failed, False)
+    take.update(dict.fromkeys(outcome.ok, True))
+    return take
 
 
-class _Many:
+def _spec_tables() -> Tuple[Dict[Call, Tuple[_Spec, _Spec]], Dict[Tuple[Kind, Call], Tuple[_Spec, _Spec]]]:
+    """The specs of every call with an outcome: by call alone where every kind has the same
+    outcome (no ``cm_id.kind`` to compute per call), and by (kind, call)."""
+    by_kind: Dict[Tuple[Kind, Call], Tuple[_Spec, _Spec]] = {}
+    for (kind, call), outcome in OUTCOMES.items():
+        # raise_on_error=False: every outcome event is taken as it comes (the fast paths ask one thing)
+        by_kind[(kind, call)] = (_make_spec(_take(outcome), call, True),
+                                 _make_spec(dict.fromkeys(outcome.events, True), call, False))
+    any_kind: Dict[Call, Tuple[_Spec, _Spec]] = {}
+    for call in Call:
+        outs = [OUTCOMES.get((kind, call)) for kind in Kind]
+        if outs[0] is not None and all(o == outs[0] for o in outs):
+            any_kind[call] = by_kind[(Kind.CONNECTED, call)]
+    return any_kind, by_kind
+
+
+_ANY_KIND, _BY_KIND = _spec_tables()
+_ADDR_SPECS = _ANY_KIND[Call.RESOLVE_ADDR]
+_ROUTE_SPECS = _ANY_KIND[Call.RESOLVE_ROUTE]
+
+
+def _spec(cm_id: Any, call: Any, raise_on_error: Any) -> _Spec:
+    """The spec of ``call`` on ``cm_id`` (the general path: a kind-dependent outcome, or a
+    misuse named)."""
+    if not isinstance(call, Call):
+        raise UsageError("the call must be a pyrdmacm.Call (Call.RESOLVE_ADDR, Call.CONNECT ...), got %r" % (call,))
+    pair = _ANY_KIND.get(call)
+    if pair is None:
+        kind = cm_id.kind
+        pair = _BY_KIND.get((kind, call))
+        if pair is None:
+            others = [k.value for k in Kind if (k, call) in OUTCOMES]
+            raise UsageError(
+                "%s on a %s id has no outcome event to await%s: it is complete when the call returns; "
+                "call it directly" % (call, kind.value, " (%s ids have one)" % ", ".join(others) if others else ""))
+    return pair[0] if raise_on_error else pair[1]
+
+
+def _command(call: Call, cm_id: Any) -> str:
+    if call is Call.RESOLVE_ADDR and getattr(cm_id.channel, "legacy", False):
+        return "RESOLVE_IP"
+    return call.name
+
+
+def _event_error(ev: Event, call: Call, kwargs: Optional[Dict[str, Any]]) -> EventError:
+    """The EventError for a failure event answering ``call`` (error path only)."""
+    cm_id = ev[2]
+    src = kwargs.get("src") if kwargs else None
+    if src is not None:
+        try:
+            src = parse_address(src)
+        except Exception:
+            pass
+    peer = getattr(cm_id, "_peer", None)
+    return EventError(ev, _command(call, cm_id), src=src, dst=peer() if peer is not None else None)
+
+
+def _ack(ev: Event) -> None:
+    """``ev.ack()``, lenient: an event the user acked already is not an error here."""
+    cm_id = ev[2]
+    left = getattr(cm_id, "_unacked", 0)
+    if left > 0:
+        cm_id._unacked = left - 1
+
+
+# -- the batch's call loop: fn(cm_id, *args, **kwargs) per id, without the per-id cost of
+# spreading them (a tuple and a dict per call: about 140 ns an id on the host, 5% of a
+# batched resolve_addr); one loop is written out per shape of arguments, and cached.
+
+_Run = Callable[[Callable[..., Any], List[Any], Tuple[Any, ...], Dict[str, Any]], Tuple[int, Optional[Exception]]]
+
+
+def _run_any(fn: Callable[..., Any], ids: List[Any], args: Tuple[Any, ...],
+             kwargs: Dict[str, Any]) -> Tuple[int, Optional[Exception]]:
+    k = 0
+    try:
+        for k, cm_id in enumerate(ids):
+            fn(cm_id, *args, **kwargs)
+    except Exception as e:
+        return k, e
+    return -1, None
+
+
+_RUNS: Dict[Tuple[int, Tuple[str, ...]], _Run] = {}
+
+
+def _run_for(n_args: int, names: Tuple[str, ...]) -> _Run:
+    """The call loop for ``n_args`` positional arguments and these keyword names: it
+    returns ``(k, exception)`` for the first id refused, ``(-1, None)`` when all went."""
+    run = _RUNS.get((n_args, names))
+    if run is not None:
+        return run
+    if len(_RUNS) >= 64 or n_args > 16 or not all(n.isidentifier() and not keyword.iskeyword(n) for n in names):
+        return _run_any
+    a = ["a%d" % i for i in range(n_args)]
+    v = ["v%d" % i for i in range(len(names))]
+    lines = ["def run(fn, ids, args, kwargs):"]
+    if a:
+        lines.append("    %s, = args" % ", ".join(a))
+    if v:
+        lines.append("    %s, = kwargs.values()" % ", ".join(v))
+    lines += [
+        "    k = 0",
+        "    try:",
+        "        for k, cm_id in enumerate(ids):",
+        "            fn(%s)" % ", ".join(["cm_id"] + a + ["%s=%s" % (n, x) for n, x in zip(names, v)]),
+        "    except Exception as e:",
+        "        return k, e",
+        "    return -1, None",
+    ]
+    namespace: Dict[str, Any] = {}
+    exec("\n".join(lines), namespace)  # only identifiers of our own making and checked keyword names
+    made: _Run = namespace["run"]
+    _RUNS[(n_args, names)] = made
+    return made
+
+
+class _Batch:
     """The outcome events of many ids, in their order, behind one future.  It is its ids'
     waiter itself (``_waiters[uid] = batch``): no per-id entry is made."""
 
-    __slots__ = ("fut", "want", "command", "raise_on_error", "ctx", "index", "events", "left")
+    __slots__ = ("fut", "take", "quiet", "raise_on_error", "call", "kwargs", "index", "events", "left")
 
-    def __init__(self, fut: "asyncio.Future[List[Event]]", want: E, command: str, raise_on_error: bool,
-                 ctx: Dict[str, Any], uids: List[int]) -> None:
-        self.fut, self.want, self.command, self.raise_on_error, self.ctx = fut, want, command, raise_on_error, ctx
+    def __init__(self, fut: "asyncio.Future[List[Event]]", spec: _Spec, kwargs: Dict[str, Any],
+                 index: Dict[int, int]) -> None:
+        self.fut = fut
+        #: quiet: the events that, with a zero status, neither fail the batch nor need more than a place
+        self.take, self.call, self.raise_on_error, self.quiet = spec
+        self.kwargs = kwargs
         #: uid -> the id's place in the batch (and in the result)
-        self.index: Dict[int, int] = dict(zip(uids, range(len(uids))))
-        self.events: List[Any] = [None] * len(uids)
-        self.left = len(uids)
+        self.index = index
+        self.events: List[Any] = [None] * len(index)
+        self.left = len(index)
 
-    def deliver(self, ev: Event) -> None:
-        cm_id = ev[2]
-        left = cm_id._unacked  # ev.ack(), inlined: the event is this channel's, for a CmId
-        if left > 0:
-            cm_id._unacked = left - 1
-        else:
-            ev.ack()  # raises, saying why
-        self.events[self.index[cm_id.uid]] = ev
+    def deliver(self, ev: Event, ok: bool) -> None:
+        _ack(ev)
+        self.events[self.index[ev[2].uid]] = ev
         self.left -= 1
         fut = self.fut
-        if fut.done():
+        if fut.done():  # failed already, or cancelled: the event is acked and dropped
             return
-        if self.raise_on_error and ev.event is not self.want:
-            fut.set_exception(EventError(ev, self.command, **self.ctx))
+        if self.raise_on_error and (not ok or ev[1]):
+            fut.set_exception(_event_error(ev, self.call, self.kwargs))
         elif not self.left:
             fut.set_result(self.events)
 
 
-def _is(entry: Any, sink: Any) -> bool:
-    """Whether a waiter entry (a batch, or a future and its spec) belongs to ``sink``."""
-    return entry is sink or (entry.__class__ is tuple and entry[0] is sink)
+#: (id(loop), fd) -> the adapter whose reader the loop has under that fd number: a new adapter
+#: given a closed channel's fd number evicts the dead one, and a dead one removes only its own
+_READERS: "Dict[Tuple[int, int], weakref.ReferenceType[AsyncChannel]]" = {}
+
+
+def _no_call(*args: Any, **kwargs: Any) -> None:
+    """The call of something that is no id (never made: outcome_of refuses the id first)."""
+    raise UsageError("no call: the id is no CmId")  # pragma: no cover
+
+
+def _closed_error(how: str) -> StateError:
+    return StateError("the channel was closed (%s): the kernel destroyed its ids; open a new AsyncChannel" % how)
 
 
 class AsyncChannel:
-    """An :class:`EventChannel` driven by an asyncio loop."""
+    """An :class:`EventChannel` driven by an asyncio loop: ``AsyncChannel()`` opens one,
+    ``AsyncChannel(channel)`` drives the given one.  ``async with`` closes it."""
 
     def __init__(self, channel: Optional[EventChannel] = None) -> None:
+        if channel is not None and not isinstance(channel, EventChannel):
+            raise UsageError("AsyncChannel takes an EventChannel (or nothing: it opens one), got %r" % (channel,))
         self.channel = channel if channel is not None else EventChannel()
         self._loop: Optional[asyncio.AbstractEventLoop] = None
-        #: uid -> where its next event goes: a batch (:class:`_Many`) or ``(future, spec)``, or
-        #: a list of them, in order, when several commands of one id are pending (rare)
+        #: the fd numbers the loop's readers are registered under (-1: none)
+        self._fd = -1
+        self._wake_fd = -1
+        #: why the adapter is closed (None while open)
+        self._closed: Optional[str] = None
+        #: uid -> where its next outcome event goes: a batch, or ``(future, spec, kwargs)``, or a
+        #: list of them, oldest first, when several calls of one id are pending (rare)
         self._waiters: Dict[int, Any] = {}
+        self._sweep_at = _SWEEP_MIN
         self._queue: Deque[Event] = deque()
-        self._queue_waiters: Deque[asyncio.Future[Event]] = deque()
+        self._queue_waiters: "Deque[asyncio.Future[Event]]" = deque()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    def __repr__(self) -> str:
+        return "<AsyncChannel %r%s waiters=%d queued=%d>" % (
+            self.channel, " closed" if self._closed else "", len(self._waiters), len(self._queue))
 
     # -- lifecycle
-    def _ensure(self) -> None:
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-            self._loop.add_reader(self.channel.fileno(), self._on_readable)
+    def _start(self) -> asyncio.AbstractEventLoop:
+        """The running loop, with this adapter's readers on it (registered on first use)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise UsageError("AsyncChannel's calls need a running asyncio loop: make them in a coroutine "
+                             "(asyncio.run(main()))") from None
+        if self._closed is not None:
+            raise _closed_error(self._closed)
+        old = self._loop
+        if old is not None:
+            if old is loop:
+                return loop
+            if old.is_running():
+                raise UsageError("this AsyncChannel is driven by another running asyncio loop: use it from that "
+                                 "loop, or make an AsyncChannel per loop")
+            # that loop stopped (asyncio.run returned): move to this one; what waited there is told
+            self._shutdown(None, error=StateError("the AsyncChannel moved to another asyncio loop, %r: waits made "
+                                                  "on the stopped loop ended" % (loop,)))
+        ch = self.channel
+        if ch.closed:
+            self._shutdown("by EventChannel.close()")
+            raise _closed_error(self._closed or "")
+        fd = ch.fileno()
+        key = (id(loop), fd)
+        ref = _READERS.get(key)
+        other = ref() if ref is not None else None
+        if other is not None and other is not self and other._loop is loop:
+            if not other.channel.closed:
+                raise UsageError("this EventChannel already has an AsyncChannel on this loop (%r): read its "
+                                 "events through that one" % (other,))
+            other._shutdown("by EventChannel.close()", evicted=True)
+        # a reader left under this number by a closed fd (the loop's selector still maps the number
+        # to it, the kernel's epoll dropped it) would take our registration's place: remove it
+        loop.remove_reader(fd)
+        try:
+            loop.add_reader(fd, self._on_readable)
+        except OSError as e:  # EBADF: closed with os.close() behind the channel's back
+            raise StateError("the event channel's fd %d is not open (%s): close channels with close(), and "
+                             "open a new AsyncChannel" % (fd, os.strerror(e.errno or 0))) from None
+        self._loop, self._fd = loop, fd
+        _READERS[key] = weakref.ref(self)
+        # The channel's close() signals its waker (an eventfd) and closes it: a copy of that fd
+        # keeps it open and readable, so a close behind the adapter's back is seen at once.
+        waker = getattr(getattr(ch, "_waker", None), "fd", -1)
+        if isinstance(waker, int) and waker >= 0:
+            try:
+                self._wake_fd = os.dup(waker)
+                loop.add_reader(self._wake_fd, self._on_woken)
+            except OSError:  # no fd left: the close is seen later (the fd number reused, a call made)
+                if self._wake_fd >= 0:
+                    os.close(self._wake_fd)
+                self._wake_fd = -1
+        return loop
+
+    def _unregister(self, evicted: bool = False) -> None:
+        """Remove the loop's readers, by the fd numbers they were registered under."""
+        loop, fd, wake = self._loop, self._fd, self._wake_fd
+        self._loop, self._fd, self._wake_fd = None, -1, -1
+        if loop is None:
+            return
+        key = (id(loop), fd)
+        ref = _READERS.get(key)
+        if ref is not None and ref() in (self, None):
+            del _READERS[key]
+            if not evicted:  # evicted: the adapter that evicts us replaces the reader itself
+                loop.remove_reader(fd)
+        if wake >= 0:
+            loop.remove_reader(wake)
+            os.close(wake)
+
+    def _shutdown(self, how: Optional[str], evicted: bool = False, error: Optional[Exception] = None) -> None:
+        """Stop reading; fail every waiter.  ``how``: the channel was closed (the adapter is
+        done); else ``error`` is what the waiters get, and the next call starts reading again."""
+        self._unregister(evicted)
+        if how is not None:
+            if self._closed is None:
+                self._closed = how
+            self._queue.clear()  # events of ids the kernel destroyed
+        waiters = list(self._waiters.values())
+        self._waiters.clear()
+        self._sweep_at = _SWEEP_MIN
+        queue_waiters = list(self._queue_waiters)
+        self._queue_waiters.clear()
+
+        def fail(fut: "asyncio.Future[Any]") -> None:
+            if not fut.done():
+                exc = _closed_error(self._closed or "") if how is not None or error is None else error
+                try:
+                    fut.set_exception(exc)
+                except RuntimeError:  # its loop is closed: nobody awaits it any more
+                    pass
+
+        for entry in waiters:
+            for one in entry if entry.__class__ is list else (entry,):
+                fail(one.fut if one.__class__ is _Batch else one[0])
+        for fut in queue_waiters:
+            fail(fut)
 
     def close(self) -> None:
-        if self._loop is not None and not self.channel.closed:
-            self._loop.remove_reader(self.channel.fileno())
-        self._loop = None
-        for entry in self._waiters.values():
-            for sink in entry if entry.__class__ is list else [entry]:
-                fut = sink.fut if sink.__class__ is _Many else sink[0]
-                if not fut.done():
-                    fut.set_exception(StateError("the event channel was closed"))
-        self._waiters.clear()
+        """Close the channel (the kernel destroys its ids): every waiter fails with StateError
+        "the channel was closed", the loop's readers are removed.  Idempotent."""
+        if self._closed is None:
+            self._shutdown("by AsyncChannel.close()")
         self.channel.close()
 
     async def __aenter__(self) -> "AsyncChannel":
-        self._ensure()
+        self._start()
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
         self.close()
 
     # -- events
+    def _on_woken(self) -> None:
+        """The channel's waker: its close() signals it."""
+        if self.channel.closed:
+            self._shutdown("by EventChannel.close()")
+            return
+        try:  # a signal without a close (none is made today): take it, so that it does not spin
+            os.read(self._wake_fd, 8)
+        except OSError:
+            pass
+
     def _on_readable(self) -> None:
-        drain = self.channel.get_events  # many events under one reader guard
+        ch = self.channel
+        if ch.closed:
+            self._shutdown("by EventChannel.close()")
+            return
+        drain = ch.get_events  # many events under one reader guard
         waiters = self._waiters
         pop = waiters.pop
         while True:
-            events = drain(_DRAIN, 0)
+            try:
+                events = drain(_DRAIN, 0)
+            except RdmaCmError as e:
+                if ch.closed:
+                    self._shutdown("by EventChannel.close()")
+                else:  # another reader, a failing fd: the waiters are told, reading restarts on the next call
+                    self._shutdown(None, error=e)
+                return
             for ev in events:
                 cm_id = ev[2]  # ev.id, without the named field's descriptor
-                entry = pop(cm_id.uid, None) if cm_id is not None else None
+                uid = cm_id.uid
+                entry = pop(uid, None)
                 if entry is not None:
-                    if entry.__class__ is list:  # several commands pending: the oldest's event
-                        rest = entry
-                        entry = rest.pop(0)
-                        if rest:
-                            waiters[cm_id.uid] = rest
-                    if entry.__class__ is _Many:
-                        # _Many.deliver, inlined for the events that neither fail nor complete it
-                        left = cm_id._unacked
-                        if left > 0 and entry.left > 1 and (ev[0] is entry.want or not entry.raise_on_error):
-                            cm_id._unacked = left - 1  # ev.ack()
-                            entry.events[entry.index[cm_id.uid]] = ev
+                    cls = entry.__class__
+                    if cls is _Batch:
+                        if ev[0] in entry.quiet and not ev[1] and entry.left > 1:
+                            left = cm_id._unacked  # _Batch.deliver, inlined for the events that
+                            if left > 0:  # neither fail nor complete the batch
+                                cm_id._unacked = left - 1
+                            entry.events[entry.index[uid]] = ev
                             entry.left -= 1
                             continue
-                        entry.deliver(ev)
+                        ok = entry.take.get(ev[0])
+                        if ok is not None:
+                            entry.deliver(ev, ok)
+                            continue
+                        waiters[uid] = entry
+                    elif cls is tuple:
+                        fut, spec, kwargs = entry
+                        if ev[0] in spec[3] and not ev[1]:  # the common case: an ok event
+                            left = cm_id._unacked
+                            if left > 0:
+                                cm_id._unacked = left - 1  # ev.ack()
+                            if not fut.done():  # done: cancelled; acked, and dropped
+                                fut.set_result(ev)
+                            continue
+                        ok = spec[0].get(ev[0])
+                        if ok is not None:
+                            left = cm_id._unacked
+                            if left > 0:
+                                cm_id._unacked = left - 1  # ev.ack()
+                            if fut.done():  # cancelled: acked, and dropped
+                                continue
+                            if spec[2] and (not ok or ev[1]):
+                                fut.set_exception(_event_error(ev, spec[1], kwargs))
+                            else:
+                                fut.set_result(ev)
+                            continue
+                        waiters[uid] = entry
+                    elif self._deliver_to_one_of(uid, entry, ev):
                         continue
-                    # one command's future and its spec (want, command, raise_on_error, dst, src)
-                    fut, spec = entry
-                    if fut.done():  # cancelled: the event is dropped
-                        continue
-                    left = cm_id._unacked
-                    if left > 0:
-                        cm_id._unacked = left - 1  # ev.ack()
-                    else:
-                        ev.ack()  # raises, saying why
-                    if spec[2] and ev[0] is not spec[0]:
-                        fut.set_exception(_event_error(ev, spec))
-                    else:
-                        fut.set_result(ev)
-                    continue
-                while self._queue_waiters:
-                    w = self._queue_waiters.popleft()
+                # not an outcome anybody awaits: to get_event
+                qw = self._queue_waiters
+                while qw:
+                    w = qw.popleft()
                     if not w.done():
                         w.set_result(ev)
                         break
                 else:
                     self._queue.append(ev)
-            if len(events) < _DRAIN:
-                return  # get_events stopped short: nothing more is queued
+            if len(events) < _DRAIN:  # get_events stopped short: nothing more is queued
+                if len(waiters) >= self._sweep_at:
+                    self._sweep()
+                return
+
+    def _deliver_to_one_of(self, uid: int, entries: List[Any], ev: Event) -> bool:
+        """An event for an id with several calls pending: the oldest that it answers takes it."""
+        for i, entry in enumerate(entries):
+            if entry.__class__ is _Batch:
+                ok = entry.take.get(ev[0])
+            else:
+                ok = entry[1][0].get(ev[0])
+            if ok is None:
+                continue
+            del entries[i]
+            if entries:
+                self._waiters[uid] = entries[0] if len(entries) == 1 else entries
+            if entry.__class__ is _Batch:
+                entry.deliver(ev, ok)
+            else:
+                fut, spec, kwargs = entry
+                _ack(ev)
+                if not fut.done():
+                    if spec[2] and (not ok or ev[1]):
+                        fut.set_exception(_event_error(ev, spec[1], kwargs))
+                    else:
+                        fut.set_result(ev)
+            return True
+        self._waiters[uid] = entries
+        return False
 
     async def get_event(self) -> Event:
-        """The next event not claimed by a pending ``resolve_*`` of this adapter."""
-        self._ensure()
+        """The next event that no pending call of this adapter awaits (a coroutine).
+
+        Events come as the channel's ``get_event`` gives them: not acknowledged (``ev.ack()``
+        is optional).  After :meth:`close`, StateError.
+        """
+        if self._loop is None or self._loop.is_closed():  # None once closed
+            self._start()  # raises on a closed adapter
         if self._queue:
             return self._queue.popleft()
         assert self._loop is not None
         fut: asyncio.Future[Event] = self._loop.create_future()
         self._queue_waiters.append(fut)
-        return await fut
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            try:
+                self._queue_waiters.remove(fut)
+            except ValueError:
+                pass
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self._queue.appendleft(fut.result())  # given to us as we were cancelled: not lost
+            raise
 
-    def _wait_for(self, uid: int, entry: Any) -> None:
-        """Route the next event of id ``uid`` to ``entry`` (a batch, or a future and its
-        spec); registered before the command is written."""
+    # -- waiters
+    def _add(self, uid: int, entry: Any) -> None:
+        """Route the next outcome event of id ``uid`` to ``entry`` as well (a call is pending)."""
         waiters = self._waiters
         old = waiters.get(uid)
         if old is None:
@@ -200,121 +558,258 @@ class AsyncChannel:
         else:
             waiters[uid] = [old, entry]
 
-    def _unwait(self, uid: int, sink: Any) -> None:
+    def _sweep(self) -> None:
+        """Drop the waiters of ids destroyed meanwhile (their events never come); a future
+        still pending there fails.  Run as the table grows: amortized, a set difference."""
         waiters = self._waiters
-        entry = waiters.get(uid)
-        if entry is None:
-            return
-        if entry.__class__ is list:
-            entry[:] = [p for p in entry if not _is(p, sink)]
-            if not entry:
-                del waiters[uid]
-        elif _is(entry, sink):
-            del waiters[uid]
+        for uid in waiters.keys() - self.channel._ids.keys():
+            entry = waiters.pop(uid)
+            for one in entry if entry.__class__ is list else (entry,):
+                fut = one.fut if one.__class__ is _Batch else one[0]
+                if not fut.done():
+                    fut.set_exception(StateError(
+                        "id uid %d was destroyed before the outcome of its %s arrived (the kernel drops a "
+                        "destroyed id's events): destroy an id after its outcome, or cancel the wait first"
+                        % (uid, one.call if one.__class__ is _Batch else one[1][1])))
+        self._sweep_at = max(_SWEEP_MIN, 4 * len(waiters))
 
-    def _future(self) -> "asyncio.Future[Any]":
-        if self._loop is None:
-            self._ensure()
-        assert self._loop is not None
-        return self._loop.create_future()
+    def _not_ours(self, what: str, cm_id: Any) -> UsageError:
+        if isinstance(cm_id, CmId) and getattr(cm_id, "channel", None) is not None:
+            return UsageError("%s: id uid %d is on another event channel than this AsyncChannel's: its events "
+                              "are read there (use that channel's AsyncChannel)" % (what, cm_id.uid))
+        return UsageError("%s takes CmIds of this AsyncChannel's channel, got %r" % (what, cm_id))
 
-    def _call_many(self, ids: Iterable[CmId], method: Callable[..., Any], args: Tuple[Any, ...], want: E,
-                   command: str, raise_on_error: bool, ctx: Dict[str, Any]) -> "asyncio.Future[List[Event]]":
+    # -- the generic mechanism: await the outcome of any call
+    def outcome_of(self, cm_id: CmId, call: Call, fn: Callable[..., Any], *args: Any, raise_on_error: bool = True,
+                   **kwargs: Any) -> "asyncio.Future[Event]":
+        """Make a call on ``cm_id`` and return a future of its outcome event (not a coroutine:
+        the call is made at once, and no Task is needed to hold it).
+
+        ``fn(*args, **kwargs)`` is the call (``cm_id.resolve_route``, ``cm_id.connect`` ...)
+        and ``call`` names it (:class:`~pyrdmacm.Call`): the future gets the id's next event
+        among ``OUTCOMES[(cm_id.kind, call)]``, acknowledged; a failure event (or a non-zero
+        status) sets EventError unless ``raise_on_error`` is false.  A refusal of the call
+        is set on the future.  Must be called with the loop running.
+        """
+        loop = self._loop
+        if loop is None or loop.is_closed():  # None once closed; closed: asyncio.run returned
+            loop = self._start_or_none()
+            if loop is None:
+                fut: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
+                fut.set_exception(_closed_error(self._closed or ""))
+                return fut
+        fut = loop.create_future()
+        try:
+            pair = _ANY_KIND.get(call) if call.__class__ is Call else None
+            if pair is not None:
+                spec = pair[0] if raise_on_error else pair[1]
+            else:
+                spec = _spec(cm_id, call, raise_on_error)
+            if cm_id.channel is not self.channel:
+                raise self._not_ours("outcome_of", cm_id)
+        except AttributeError:  # no CmId
+            fut.set_exception(self._not_ours("outcome_of", cm_id))
+            return fut
+        except UsageError as e:
+            fut.set_exception(e)
+            return fut
+        owner = getattr(fn, "__self__", cm_id)
+        if owner is not cm_id and isinstance(owner, CmId):
+            fut.set_exception(UsageError("outcome_of: %r is a call of id uid %d, not of id uid %d: pass the "
+                                         "id's own method (cm_id.%s)" % (fn, owner.uid, cm_id.uid, call)))
+            return fut
+        try:
+            fn(*args, **kwargs)
+        except Exception as e:  # refused before or by the kernel: the future says so
+            fut.set_exception(e)
+            return fut
+        # Registered after the call: its event is read by this loop, which is here now.
+        waiters = self._waiters
+        if len(waiters) >= self._sweep_at:
+            self._sweep()
+        entry = (fut, spec, kwargs)
+        if waiters.setdefault(cm_id.uid, entry) is not entry:
+            self._add(cm_id.uid, entry)
+        return fut
+
+    def _start_or_none(self) -> Optional[asyncio.AbstractEventLoop]:
+        """``_start()``, or None when the adapter is closed (the caller sets that on its future)."""
+        try:
+            return self._start()
+        except StateError:
+            if self._closed is None:
+                raise
+            return None
+
+    def outcomes_of(self, ids: Iterable[CmId], call: Call, fn: Callable[..., Any], *args: Any,
+                    raise_on_error: bool = True, **kwargs: Any) -> "asyncio.Future[List[Event]]":
+        """``fn(cm_id, *args, **kwargs)`` for every id (``CmId.resolve_route``, or any function of
+        an id); one future of all their outcome events, in the ids' order.
+
+        Every id is checked first (a CmId of this channel, given once: UsageError, nothing
+        sent).  With ``raise_on_error`` the first failure event sets EventError (the other
+        events are still taken and acked).  A refusal part-way stops the calls and is set on
+        the future: the ids before the refused one are under way (their events still come
+        to the batch, and are acked), the refused one and those after it were not called.
+        """
+        loop = self._loop
+        if loop is None or loop.is_closed():  # None once closed; closed: asyncio.run returned
+            loop = self._start_or_none()
+            if loop is None:
+                closed: asyncio.Future[List[Event]] = asyncio.get_running_loop().create_future()
+                closed.set_exception(_closed_error(self._closed or ""))
+                return closed
+        fut: asyncio.Future[List[Event]] = loop.create_future()
         ids = list(ids)
-        fut: asyncio.Future[List[Event]] = self._future()
-        uids = [cm_id.uid for cm_id in ids]
-        sink = _Many(fut, want, command, raise_on_error, ctx, uids)
-        if len(sink.index) != len(ids):
-            fut.set_exception(UsageError("an id appears twice in one batch: its events could not be told apart; "
-                                         "give each id once"))
+        ch = self.channel
+        try:
+            uids = [cm_id.uid for cm_id in ids if cm_id.channel is ch]
+            pair = _ANY_KIND.get(call) if call.__class__ is Call else None
+            if pair is not None:
+                spec = pair[0] if raise_on_error else pair[1]
+            else:
+                spec = self._batch_spec(ids, call, raise_on_error)
+        except AttributeError:
+            fut.set_exception(self._not_ours("outcomes_of", next((i for i in ids if not isinstance(i, CmId)), ids)))
+            return fut
+        except UsageError as e:
+            fut.set_exception(e)
+            return fut
+        index = dict(zip(uids, range(len(uids))))
+        if len(index) != len(ids):
+            fut.set_exception(self._batch_refusal(ids, index))
             return fut
         if not ids:
             fut.set_result([])
             return fut
+        sink = _Batch(fut, spec, kwargs, index)
+        k, exc = _run_for(len(args), tuple(kwargs))(fn, ids, args, kwargs)
+        if exc is not None:
+            # id k and those after it were not called; those before it are under way
+            del uids[k:]
+            sink.left = k
+            note = getattr(exc, "add_note", None)
+            if note is not None:
+                note("in a batch of %d ids: id %d (uid %d) was refused; %s" % (
+                    len(ids), k, ids[k].uid, "the %d before it are under way (their events are taken and "
+                    "acked), the rest were not called" % k if k else "no id was called"))
+            fut.set_exception(exc)
+            if not k:
+                return fut
         waiters = self._waiters
-        if waiters.keys() & sink.index.keys():  # some ids have a command pending already (rare)
-            for uid in uids:
-                self._wait_for(uid, sink)
-        else:
+        if len(waiters) >= self._sweep_at:
+            self._sweep()
+        if not waiters or waiters.keys().isdisjoint(index.keys()):
             waiters.update(dict.fromkeys(uids, sink))  # the batch is its ids' waiter: one C call
-        # the arguments spread once, not per id (``method(cm_id, *args)`` builds a tuple each time)
-        a, b, c = (args + (None, None, None))[:3]
-        n_args = len(args)
-        k = 0
-        try:
-            if n_args == 3:
-                for k, cm_id in enumerate(ids):
-                    method(cm_id, a, src=b, timeout_ms=c)
-            elif n_args == 1:
-                for k, cm_id in enumerate(ids):
-                    method(cm_id, a)
-            else:
-                for k, cm_id in enumerate(ids):
-                    method(cm_id, *args)
-        except Exception as e:
-            # id k and those after it were not sent; the ids before it are under way: their
-            # events still come to the batch (and are acked), which has failed
-            for uid in uids[k:]:
-                self._unwait(uid, sink)
-            fut.set_exception(e)
+        else:  # some ids have a call pending already (rare)
+            for uid in uids:
+                self._add(uid, sink)
         return fut
 
-    # -- commands: written at once, a future of the outcome returned
-    def resolve_addr(
-        self, cm_id: CmId, dst: Any, src: Any = None, timeout_ms: int = 2000, *, raise_on_error: bool = True
-    ) -> "asyncio.Future[Event]":
-        """``cm_id.resolve_addr``; a future of ADDR_RESOLVED (ADDR_ERROR: EventError, unless not ``raise_on_error``)."""
-        loop = self._loop
-        fut = loop.create_future() if loop is not None else self._future()
-        uid = cm_id.uid
-        waiters = self._waiters
-        entry = (fut, (E.ADDR_RESOLVED, "RESOLVE_ADDR", raise_on_error, dst, src))
-        if uid in waiters:
-            self._wait_for(uid, entry)
-        else:
-            waiters[uid] = entry
+    @staticmethod
+    def _batch_spec(ids: List[CmId], call: Call, raise_on_error: bool) -> _Spec:
+        """The spec of a kind-dependent call for a batch: the union of the outcomes of the
+        kinds in it (an event is ok or failed the same way for every kind)."""
+        if not ids:
+            if not isinstance(call, Call):
+                _spec(None, call, raise_on_error)  # raises, naming the misuse
+            return _make_spec({}, call, raise_on_error)  # nothing will be awaited
+        specs = list({id(s): s for s in (_spec(cm_id, call, raise_on_error) for cm_id in ids)}.values())
+        if len(specs) == 1:
+            return specs[0]
+        take: Dict[Any, bool] = {}
+        for one in specs:
+            take.update(one[0])
+        return _make_spec(take, call, raise_on_error)
+
+    def _batch_refusal(self, ids: List[Any], index: Dict[int, int]) -> UsageError:
+        seen: Dict[int, int] = {}
+        ch = self.channel
+        for k, cm_id in enumerate(ids):
+            if getattr(cm_id, "channel", None) is not ch:
+                return self._not_ours("outcomes_of", cm_id)
+            if cm_id.uid in seen:
+                return UsageError("outcomes_of: id uid %d is given twice (places %d and %d of the batch): its "
+                                  "events could not be told apart; give each id once (nothing was called)"
+                                  % (cm_id.uid, seen[cm_id.uid], k))
+            seen[cm_id.uid] = k
+        return UsageError("outcomes_of: ids that cannot be told apart: give each id once")  # pragma: no cover
+
+    # -- the verbs: a future at once (start_*), or a coroutine
+    def start_resolve_addr(self, cm_id: CmId, dst: Any, *, src: Any = None, timeout_ms: int = 2000,
+                           raise_on_error: bool = True) -> "asyncio.Future[Event]":
+        """``cm_id.resolve_addr(dst, src=src, timeout_ms=...)`` now; a future of ADDR_RESOLVED
+        (ADDR_ERROR: EventError, unless not ``raise_on_error``).
+
+        :meth:`outcome_of` for this call with its arguments spelled out: the cheapest
+        per-id form (``asyncio.gather`` over these futures needs no Task per id).
+        """
+        loop = self._loop  # None once closed
+        try:
+            slow = loop is None or cm_id.channel is not self.channel or loop.is_closed()
+        except AttributeError:
+            slow = True
+        if slow or loop is None:  # the general path says what is wrong
+            return self.outcome_of(cm_id, Call.RESOLVE_ADDR, getattr(cm_id, "resolve_addr", _no_call), dst, src=src,
+                                   timeout_ms=timeout_ms, raise_on_error=raise_on_error)
+        fut: asyncio.Future[Event] = loop.create_future()
         try:
             cm_id.resolve_addr(dst, src=src, timeout_ms=timeout_ms)
         except Exception as e:  # refused before or by the kernel: the future says so
-            self._unwait(uid, fut)
             fut.set_exception(e)
+            return fut
+        waiters = self._waiters
+        entry = (fut, _ADDR_SPECS[0] if raise_on_error else _ADDR_SPECS[1], None if src is None else {"src": src})
+        if waiters.setdefault(cm_id.uid, entry) is not entry:
+            self._add(cm_id.uid, entry)
         return fut
 
-    def resolve_route(self, cm_id: CmId, timeout_ms: int = 2000, *, raise_on_error: bool = True) -> "asyncio.Future[Event]":
-        """``cm_id.resolve_route``; a future of ROUTE_RESOLVED (ROUTE_ERROR: EventError, unless not ``raise_on_error``)."""
-        loop = self._loop
-        fut = loop.create_future() if loop is not None else self._future()
-        uid = cm_id.uid
-        waiters = self._waiters
-        entry = (fut, _ROUTE_SPECS[bool(raise_on_error)])
-        if uid in waiters:
-            self._wait_for(uid, entry)
-        else:
-            waiters[uid] = entry
+    def start_resolve_route(self, cm_id: CmId, timeout_ms: int = 2000, *,
+                            raise_on_error: bool = True) -> "asyncio.Future[Event]":
+        """``cm_id.resolve_route(timeout_ms)`` now; a future of ROUTE_RESOLVED (ROUTE_ERROR:
+        EventError, unless not ``raise_on_error``).  As :meth:`start_resolve_addr`."""
+        loop = self._loop  # None once closed
+        try:
+            slow = loop is None or cm_id.channel is not self.channel or loop.is_closed()
+        except AttributeError:
+            slow = True
+        if slow or loop is None:  # the general path says what is wrong
+            return self.outcome_of(cm_id, Call.RESOLVE_ROUTE, getattr(cm_id, "resolve_route", _no_call), timeout_ms,
+                                   raise_on_error=raise_on_error)
+        fut: asyncio.Future[Event] = loop.create_future()
         try:
             cm_id.resolve_route(timeout_ms)
         except Exception as e:
-            self._unwait(uid, fut)
             fut.set_exception(e)
+            return fut
+        waiters = self._waiters
+        entry = (fut, _ROUTE_SPECS[0] if raise_on_error else _ROUTE_SPECS[1], None)
+        if waiters.setdefault(cm_id.uid, entry) is not entry:
+            self._add(cm_id.uid, entry)
         return fut
 
-    def resolve_addr_many(
-        self, ids: Iterable[CmId], dst: Any, src: Any = None, timeout_ms: int = 2000, *, raise_on_error: bool = True
-    ) -> "asyncio.Future[List[Event]]":
-        """``resolve_addr`` for every id; one future of all their outcome events, in order.
+    async def resolve_addr(self, cm_id: CmId, dst: Any, *, src: Any = None, timeout_ms: int = 2000,
+                           raise_on_error: bool = True) -> Event:
+        """``cm_id.resolve_addr(dst, src=src, timeout_ms=...)``, awaited (a coroutine: the command is
+        sent when it first runs): ADDR_RESOLVED; ADDR_ERROR raises EventError unless not
+        ``raise_on_error``.  The future form: :meth:`start_resolve_addr`."""
+        return await self.start_resolve_addr(cm_id, dst, src=src, timeout_ms=timeout_ms,
+                                             raise_on_error=raise_on_error)
 
-        With ``raise_on_error`` the first failure event sets EventError (the others are
-        still taken and acked); a synchronous refusal stops issuing and is set on the future.
-        """
-        return self._call_many(
-            ids, CmId.resolve_addr, (dst, src, timeout_ms), E.ADDR_RESOLVED, "RESOLVE_ADDR", raise_on_error,
-            {"dst": dst, "src": src},
-        )
+    async def resolve_route(self, cm_id: CmId, timeout_ms: int = 2000, *, raise_on_error: bool = True) -> Event:
+        """``cm_id.resolve_route(timeout_ms)``, awaited (a coroutine): ROUTE_RESOLVED; ROUTE_ERROR
+        raises EventError unless not ``raise_on_error``.  The future form: :meth:`start_resolve_route`."""
+        return await self.start_resolve_route(cm_id, timeout_ms, raise_on_error=raise_on_error)
 
-    def resolve_route_many(
-        self, ids: Iterable[CmId], timeout_ms: int = 2000, *, raise_on_error: bool = True
-    ) -> "asyncio.Future[List[Event]]":
-        """``resolve_route`` for every id; one future of all their outcome events, in order."""
-        return self._call_many(
-            ids, CmId.resolve_route, (timeout_ms,), E.ROUTE_RESOLVED, "RESOLVE_ROUTE", raise_on_error, {}
-        )
+    async def resolve_addr_many(self, ids: Iterable[CmId], dst: Any, *, src: Any = None, timeout_ms: int = 2000,
+                                raise_on_error: bool = True) -> List[Event]:
+        """``resolve_addr`` for every id; all their outcome events, in order (a coroutine over
+        :meth:`outcomes_of`: one future for the batch, the cheapest way for many ids)."""
+        return await self.outcomes_of(ids, Call.RESOLVE_ADDR, CmId.resolve_addr, dst, src=src,
+                                      timeout_ms=timeout_ms, raise_on_error=raise_on_error)
+
+    async def resolve_route_many(self, ids: Iterable[CmId], timeout_ms: int = 2000, *,
+                                 raise_on_error: bool = True) -> List[Event]:
+        """``resolve_route`` for every id; all their outcome events, in order (over :meth:`outcomes_of`)."""
+        return await self.outcomes_of(ids, Call.RESOLVE_ROUTE, CmId.resolve_route, timeout_ms,
+                                      raise_on_error=raise_on_error)

@@ -18,8 +18,9 @@ all) without a kernel, six ways, per id and phase:
   buffers reused, no checks) over the same transport;
 * ``batch``: pyrdmacm's calls for many ids (create_ids, get_events(ack=True), destroy_ids);
 * ``aio-many`` and ``aio``: the asyncio adapter over the same transport, with one future
-  per phase (``resolve_addr_many``) and with a future per id and ``asyncio.gather``;
-* ``fake``: pyrdmacm over pyrdmacm.fake.FakeKernel, which decodes and validates every
+  per phase (``await resolve_addr_many``) and with a future per id (``start_resolve_addr``)
+  and ``asyncio.gather``;
+* ``fake``: pyrdmacm over pyrdmacm.testing.FakeKernel, which decodes and validates every
   command (its own cost dominates: a regression guard for the fake, not the core).
 
 ``pyrdmacm / bare`` is the Python overhead the library adds per command; on a real kernel
@@ -170,7 +171,8 @@ def phases_batch(transport, n, dst):
 
 
 def phases_aio(transport, n, dst, many):
-    """The asyncio adapter: one batch future per phase (many) or a future per id + gather."""
+    """The asyncio adapter: one batch future per phase (many) or a future per id
+    (``start_resolve_*``, no Task per id) + gather."""
     import asyncio
 
     from pyrdmacm import EventChannel
@@ -184,12 +186,12 @@ def phases_aio(transport, n, dst, many):
             if many:
                 await ach.resolve_addr_many(ids, dst, timeout_ms=2000)
             else:
-                await asyncio.gather(*(ach.resolve_addr(i, dst, timeout_ms=2000) for i in ids))
+                await asyncio.gather(*(ach.start_resolve_addr(i, dst, timeout_ms=2000) for i in ids))
             t.append(time.perf_counter())
             if many:
                 await ach.resolve_route_many(ids, 2000)
             else:
-                await asyncio.gather(*(ach.resolve_route(i, 2000) for i in ids))
+                await asyncio.gather(*(ach.start_resolve_route(i, 2000) for i in ids))
             t.append(time.perf_counter())
             for i in ids:
                 i.destroy()
@@ -243,7 +245,7 @@ def phases_bare(transport, n, dst):
 
 
 def fake_transport():
-    from pyrdmacm.fake import FakeKernel, FakeNet
+    from pyrdmacm.testing import FakeKernel, FakeNet
 
     return FakeKernel(FakeNet())
 

@@ -25,7 +25,6 @@ Cases that need a local address on an RDMA netdev find one through sysfs and an
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import fcntl
 import os
@@ -437,9 +436,9 @@ def _query_option(ctx: Context) -> int:
 
 
 def _set_option(ctx: Context, h: int, level: int, name: int, optlen: int) -> int:
-    value = ctypes.create_string_buffer(8)
+    value = ReplyBuffer(8)  # the pinned input buffer SET_OPTION points at (held across the write)
     return ctx.raw.cmd(C.SET_OPTION, "rdma_ucm_set_option",
-                       {"optval": ctypes.addressof(value), "id": h, "level": level, "optname": name, "optlen": optlen})
+                       {"optval": value.address, "id": h, "level": level, "optname": name, "optlen": optlen})
 
 
 @case("set_option_huge", "SET_OPTION with optlen 2^31", errno.EINVAL)

@@ -433,14 +433,7 @@ class FabricKernel(FakeKernel):
     def _drop(self, handle: int) -> None:
         """The kernel destroys an id of this file by itself: its queued events go too."""
         self._ctx.pop(handle, None)
-        kept = [e for e in self._events if e[0] != handle]
-        dropped = len(self._events) - len(kept)
-        self._events = kept
-        if dropped:
-            try:
-                os.read(self._r, dropped)
-            except BlockingIOError:
-                pass
+        self._discard_events(handle)
         self._forget(handle)
 
     # -- the passive side of a request

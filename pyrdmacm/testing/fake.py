@@ -315,14 +315,9 @@ class FakeKernel:
             del self._ctx[handle]
             raise
 
-    def _cmd_destroy_id(self, body: bytes, size_out: int) -> None:
-        f = self._struct("rdma_ucm_destroy_id", body)
-        if size_out < 4:
-            raise _err(errno.ENOSPC)
-        ctx = self._get(f["id"])
-        del self._ctx[ctx.handle]
-        # queued but unread events of this id are discarded, with their pipe bytes
-        kept = [e for e in self._events if e[0] != ctx.handle]
+    def _discard_events(self, handle: int) -> None:
+        """The queued but unread events of id ``handle`` go, with their pipe bytes."""
+        kept = [e for e in self._events if e[0] != handle]
         dropped = len(self._events) - len(kept)
         self._events = kept
         if dropped:
@@ -330,6 +325,14 @@ class FakeKernel:
                 os.read(self._r, dropped)
             except BlockingIOError:
                 pass
+
+    def _cmd_destroy_id(self, body: bytes, size_out: int) -> None:
+        f = self._struct("rdma_ucm_destroy_id", body)
+        if size_out < 4:
+            raise _err(errno.ENOSPC)
+        ctx = self._get(f["id"])
+        del self._ctx[ctx.handle]
+        self._discard_events(ctx.handle)
         self._reply(f["response"], "rdma_ucm_destroy_id_resp", size_out, {"events_reported": ctx.reported})
 
     def _bind(self, ctx: _Ctx, a: Address) -> None:

@@ -51,7 +51,6 @@ _QP_RC = abi.QpType.RC
 _DESTROYED = State.DESTROYED
 _IDLE = State.IDLE
 _ADDR_BOUND = State.ADDR_BOUND
-_CONNECTED = Kind.CONNECTED
 _CMD = wire.COMMAND
 _R = TypeVar("_R")
 

@@ -73,6 +73,34 @@ RDMA_IB_IP_PS_TCP = 0x0000000001060000
 RDMA_IB_IP_PS_UDP = 0x0000000001110000
 RDMA_IB_PS_IB = 0x00000000013F0000
 
+# --------------------------------------------------------------------------- private-data limits
+#
+# The one statement of how much private data each IB CM message carries.  These are sizes of
+# IBTA wire messages, not of any struct of the uapi headers, so they are written here as
+# numbers (and only here).  The IB CM's own sizes (``enum ib_cm_data_size``) are given for
+# the five messages whose data the ucma ABI carries; RTU, DREQ, DREP and MRA have data on
+# the wire too, but no ucma command or event exposes it.  The rdma_cm puts its own header
+# (``struct cma_hdr``: version, IP version, port, source and destination address) at the
+# front of the REQ and SIDR REQ of AF_INET / AF_INET6 ids (``cma_user_data_offset``; AF_IB
+# ids have none), so those ids may give 36 bytes less.  A receiver always gets the message's
+# whole data area (the sender's length is not on the wire).
+
+#: The private data of each IB CM message, in bytes, as the IB CM carries it.
+CM_PRIVATE_DATA = {"REQ": 92, "REP": 196, "REJ": 148, "SIDR_REQ": 216, "SIDR_REP": 136}
+#: The rdma_cm header that the REQ and SIDR REQ of an IP-addressed id carry first.
+CMA_HDR_SIZE = 36
+
+
+def private_data_limit(message: str, family: int = AF_INET) -> int:
+    """The most private data a user may give with ``message`` ("REQ", "REP", "REJ",
+    "SIDR_REQ", "SIDR_REP") for an id of address ``family`` (``AF_INET`` by default) -- and
+    how many bytes the receiving side's event carries: REQ 56 / SIDR REQ 180 for IP ids,
+    92 / 216 for AF_IB ids; REP 196, REJ 148, SIDR REP 136 for all."""
+    size = CM_PRIVATE_DATA[message]
+    if message in ("REQ", "SIDR_REQ") and family != AF_IB:
+        size -= CMA_HDR_SIZE
+    return size
+
 
 class UserCmCmd(NamedIntEnum):
     """``RDMA_USER_CM_CMD_*``: the command numbers of ``rdma_ucm_cmd_hdr.cmd``."""
@@ -209,14 +237,107 @@ class IbPathFlag(enum.IntFlag):
 
 
 class RejectReason(NamedIntEnum):
-    """IB CM reject reasons (``enum ib_cm_rej_reason``).
+    """IB CM reject reasons (``enum ib_cm_rej_reason``; IBTA vol. 1, 12.6.7.2).
 
-    REJECT accepts only the two below (0 means CONSUMER_DEFINED); a REJECTED
-    event's ``status`` may carry any IB CM reason.
+    A REJECTED event's ``status`` may carry any of them.  The REJECT command takes only
+    CONSUMER_DEFINED and VENDOR_OPTION_NOT_SUPPORTED (0 means CONSUMER_DEFINED).
     """
 
+    NO_QP = 1
+    NO_EEC = 2
+    NO_RESOURCES = 3
+    TIMEOUT = 4
+    UNSUPPORTED = 5
+    INVALID_COMM_ID = 6
+    INVALID_COMM_INSTANCE = 7
+    INVALID_SERVICE_ID = 8
+    INVALID_TRANSPORT_TYPE = 9
+    STALE_CONN = 10
+    RDC_NOT_EXIST = 11
+    INVALID_GID = 12
+    INVALID_LID = 13
+    INVALID_SL = 14
+    INVALID_TRAFFIC_CLASS = 15
+    INVALID_HOP_LIMIT = 16
+    INVALID_PACKET_RATE = 17
+    INVALID_ALT_GID = 18
+    INVALID_ALT_LID = 19
+    INVALID_ALT_SL = 20
+    INVALID_ALT_TRAFFIC_CLASS = 21
+    INVALID_ALT_HOP_LIMIT = 22
+    INVALID_ALT_PACKET_RATE = 23
+    PORT_CM_REDIRECT = 24
+    PORT_REDIRECT = 25
+    INVALID_MTU = 26
+    INSUFFICIENT_RESP_RESOURCES = 27
     CONSUMER_DEFINED = 28
+    INVALID_RNR_RETRY = 29
+    DUPLICATE_LOCAL_COMM_ID = 30
+    INVALID_CLASS_VERSION = 31
+    INVALID_FLOW_LABEL = 32
+    INVALID_ALT_FLOW_LABEL = 33
     VENDOR_OPTION_NOT_SUPPORTED = 35
+
+
+#: The reasons the REJECT command takes (any other: EINVAL, ``ucma_reject``).
+REJECT_REASONS = (RejectReason.CONSUMER_DEFINED, RejectReason.VENDOR_OPTION_NOT_SUPPORTED)
+
+
+class SidrStatus(NamedIntEnum):
+    """``enum ib_cm_sidr_status``: the status of a SIDR REP, which an UNREACHABLE event of a
+    datagram id carries (IBTA vol. 1, 12.11.2)."""
+
+    SUCCESS = 0
+    UNSUPPORTED = 1
+    REJECT = 2
+    NO_QP = 3
+    REDIRECT = 4
+    UNSUPPORTED_VERSION = 5
+
+
+class NotifyEvent(NamedIntEnum):
+    """The ``event`` of NOTIFY (``enum ib_event_type`` members ``rdma_notify`` takes)."""
+
+    COMM_EST = 4
+    PATH_MIG = 6
+
+
+class QpState(NamedIntEnum):
+    """``enum ib_uverbs_qp_state``: the ``qp_state`` of INIT_QP_ATTR."""
+
+    RESET = 0
+    INIT = 1
+    RTR = 2
+    RTS = 3
+    SQD = 4
+    SQE = 5
+    ERR = 6
+
+
+class QpAttrMask(enum.IntFlag):
+    """``enum ib_uverbs_qp_attr_mask`` (``IB_QP_*``): which fields INIT_QP_ATTR's answer sets."""
+
+    STATE = 1 << 0
+    CUR_STATE = 1 << 1
+    EN_SQD_ASYNC_NOTIFY = 1 << 2
+    ACCESS_FLAGS = 1 << 3
+    PKEY_INDEX = 1 << 4
+    PORT = 1 << 5
+    QKEY = 1 << 6
+    AV = 1 << 7
+    PATH_MTU = 1 << 8
+    TIMEOUT = 1 << 9
+    RETRY_CNT = 1 << 10
+    RNR_RETRY = 1 << 11
+    RQ_PSN = 1 << 12
+    MAX_QP_RD_ATOMIC = 1 << 13
+    ALT_PATH = 1 << 14
+    MIN_RNR_TIMER = 1 << 15
+    SQ_PSN = 1 << 16
+    MAX_DEST_RD_ATOMIC = 1 << 17
+    PATH_MIG_STATE = 1 << 18
+    CAP = 1 << 19
+    DEST_QPN = 1 << 20
 
 
 # --------------------------------------------------------------------------- socket addresses

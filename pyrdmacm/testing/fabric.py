@@ -74,10 +74,11 @@ _UD = CODECS["rdma_ucm_ud_param"]
 _CONNECT = CODECS["rdma_ucm_connect"]
 _ACCEPT = CODECS["rdma_ucm_accept"]
 
-#: The IB CM's private-data sizes (``enum ib_cm_data_size``) and the rdma_cm header that
-#: REQ and SIDR REQ of IP ids carry first (``struct cma_hdr``, ``cma_user_data_offset``).
-REQ_DATA, REP_DATA, REJ_DATA, SIDR_REQ_DATA, SIDR_REP_DATA = 92, 196, 148, 216, 136
-CMA_HDR = 36
+#: The IB CM's private-data sizes and the rdma_cm header of IP ids: :data:`pyrdmacm.abi.CM_PRIVATE_DATA`
+#: and :data:`pyrdmacm.abi.CMA_HDR_SIZE` (the one statement of them), by the names used here.
+REQ_DATA, REP_DATA, REJ_DATA, SIDR_REQ_DATA, SIDR_REP_DATA = (
+    abi.CM_PRIVATE_DATA[m] for m in ("REQ", "REP", "REJ", "SIDR_REQ", "SIDR_REP"))
+CMA_HDR = abi.CMA_HDR_SIZE
 #: ``RDMA_UDP_QKEY``: the qkey of every PS_UDP / PS_IB SIDR REP of an IP id
 UDP_QKEY = 0x01234567
 #: ``enum ib_cm_rej_reason`` values the fabric sends
@@ -94,10 +95,8 @@ MAX_BACKLOG = 1024
 def wire_size(message: str, family: int = AF_INET) -> int:
     """How many bytes of private data an event of ``message`` carries (and the most the
     sender may give): ``"REQ"``, ``"REP"``, ``"REJ"``, ``"SIDR_REQ"``, ``"SIDR_REP"``; the
-    REQs of IP ids lose the 36 bytes of the rdma_cm header."""
-    offset = 0 if family == AF_IB else CMA_HDR
-    return {"REQ": REQ_DATA - offset, "REP": REP_DATA, "REJ": REJ_DATA,
-            "SIDR_REQ": SIDR_REQ_DATA - offset, "SIDR_REP": SIDR_REP_DATA}[message]
+    REQs of IP ids lose the 36 bytes of the rdma_cm header (:func:`pyrdmacm.abi.private_data_limit`)."""
+    return abi.private_data_limit(message, family)
 
 
 class CmMessage(NamedTuple):

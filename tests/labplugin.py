@@ -14,12 +14,17 @@ a test
 
 ``--require-lab`` turns every skipped kernel test into a failure, and fails the session
 when no kernel test ran on one of the ``--lab`` suites. CI runs ``--lab=all --require-lab``.
+
+A boot of the pair topology runs the peer agent on the peer (tools/lab's ``--peer-command``:
+``python tests/lab_peer.py serve``, TCP port 7007), through which the ``peer`` fixture
+(tests/kernel/conftest.py) runs programs over there.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -31,6 +36,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = ROOT / "tools" / "lab"
+PEER_AGENT = ROOT / "tests" / "lab_peer.py"
 SUITES = ("bookworm", "trixie", "sid")
 TOPOLOGIES = ("single", "pair", "multihomed")
 RDMA_CM = "/dev/infiniband/rdma_cm"
@@ -127,9 +133,14 @@ class Boot:
         junit = self.out / "junit.xml"
         rootpath = config.rootpath
         args = [str(rootpath / nodeid) for nodeid in nodeids]  # absolute: cwd-independent
+        peer = []
+        if topology == "pair":  # the peer agent, for the ``peer`` fixture
+            peer = ["--peer-command",
+                    "exec " + shlex.join([sys.executable, str(PEER_AGENT), "serve"])]
         command = [
             sys.executable, str(LAB), "run", "--kernel", suite, "--topology", topology,
-            "--timeout", str(config.getoption("--lab-timeout")), "--out", str(self.out), "--",
+            "--timeout", str(config.getoption("--lab-timeout")), "--out", str(self.out), *peer,
+            "--",
             # the root is read-only in the guest: no cache; hypothesis's plugin alone costs
             # seconds of start-up under emulation, and kernel tests do not need it
             sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",

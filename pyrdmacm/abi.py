@@ -91,7 +91,7 @@ CM_PRIVATE_DATA = {"REQ": 92, "REP": 196, "REJ": 148, "SIDR_REQ": 216, "SIDR_REP
 CMA_HDR_SIZE = 36
 
 
-def private_data_limit(message: str, family: int = AF_INET) -> int:
+def cm_private_data_limit(message: str, family: int = AF_INET) -> int:
     """The most private data a user may give with ``message`` ("REQ", "REP", "REJ",
     "SIDR_REQ", "SIDR_REP") for an id of address ``family`` (``AF_INET`` by default) -- and
     how many bytes the receiving side's event carries: REQ 56 / SIDR REQ 180 for IP ids,

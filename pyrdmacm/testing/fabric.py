@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optiona
 from .. import abi
 from .._codec import CODECS
 from ..addr import AF_IB, AF_INET, AF_INET6, Address
-from .fake import FakeDevice, FakeKernel, FakeNet, _Ctx, _err
+from .fake import FakeDevice, FakeKernel, FakeNet, QpState, _Ctx, _err
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..channel import EventChannel
@@ -95,8 +95,8 @@ MAX_BACKLOG = 1024
 def wire_size(message: str, family: int = AF_INET) -> int:
     """How many bytes of private data an event of ``message`` carries (and the most the
     sender may give): ``"REQ"``, ``"REP"``, ``"REJ"``, ``"SIDR_REQ"``, ``"SIDR_REP"``; the
-    REQs of IP ids lose the 36 bytes of the rdma_cm header (:func:`pyrdmacm.abi.private_data_limit`)."""
-    return abi.private_data_limit(message, family)
+    REQs of IP ids lose the 36 bytes of the rdma_cm header (:func:`pyrdmacm.abi.cm_private_data_limit`)."""
+    return abi.cm_private_data_limit(message, family)
 
 
 class CmMessage(NamedTuple):
@@ -114,7 +114,7 @@ class _End:
     """One cm_id of the IB CM: the connection state of one id (cm.c's ``cm_id_private``)."""
 
     __slots__ = ("kernel", "handle", "ud", "cm", "peer", "qp_num", "remote_qpn", "remote_guid", "key",
-                 "listener", "req", "timer")
+                 "listener", "req", "timer", "remote_psn", "rr", "idepth", "retry", "rnr", "tc")
 
     def __init__(self, kernel: "FabricKernel", handle: int, ud: bool) -> None:
         self.kernel = kernel
@@ -133,6 +133,11 @@ class _End:
         self.req: Optional[_Request] = None
         #: the retransmission / time-out timer of the message this end waits an answer for
         self.timer: Optional[threading.Timer] = None
+        #: what INIT_QP_ATTR reads of the connection (``cm_id_priv``): the peer's starting PSN,
+        #: this end's responder resources and initiator depth, retry and RNR retry counts, and
+        #: the traffic class of its path
+        self.remote_psn = 0
+        self.rr = self.idepth = self.retry = self.rnr = self.tc = 0
 
     @property
     def host(self) -> "FakeHost":
@@ -166,6 +171,9 @@ class _Request:
     rnr_retry_count: int = 0
     ece: Tuple[int, int] = (0, 0)
     attempts: int = 0
+    #: the requester's starting PSN and its path's traffic class (its TOS when the route was resolved)
+    psn: int = 0
+    traffic_class: int = 0
 
 
 class FabricKernel(FakeKernel):
@@ -198,9 +206,10 @@ class FabricKernel(FakeKernel):
 
     # -- events
     def _post(self, ctx: _Ctx, event: int, status: int = 0, param: bytes = b"", ece: Tuple[int, int] = (0, 0),
-              uid: Optional[int] = None) -> None:
+              uid: Optional[int] = None, owner: Optional[int] = None) -> None:
         """Queue an event as ``ucma_event_handler`` does: for uid 0 (a request not accepted
-        yet), nothing -- except a CONNECT_REQUEST, queued under the listener's uid (``uid``)."""
+        yet), nothing -- except a CONNECT_REQUEST, queued under the listener's uid (``uid``) as
+        the listener's event (``owner``)."""
         if self.closed:
             return
         if uid is None:
@@ -209,8 +218,7 @@ class FabricKernel(FakeKernel):
                 return
         raw = _EVENT.pack_dict({"uid": uid, "id": ctx.handle, "event": int(event), "status": status & 0xFFFFFFFF,
                                 "param": param, "ece.vendor_id": ece[0], "ece.attr_mod": ece[1]})
-        self._events.append((ctx.handle, raw))
-        os.write(self._w, b"e")
+        self._push(ctx.handle, raw, owner)
 
     def _cma_event(self, end: _End, event: int, status: int = 0, param: bytes = b"",
                    ece: Tuple[int, int] = (0, 0)) -> None:
@@ -289,7 +297,12 @@ class FabricKernel(FakeKernel):
             initiator_depth=f["conn_param.initiator_depth"], flow_control=f["conn_param.flow_control"],
             retry_count=min(7, f["conn_param.retry_count"]), rnr_retry_count=min(7, f["conn_param.rnr_retry_count"]),
             ece=(f["ece.vendor_id"] & 0xFFFFFF, f["ece.attr_mod"]) if len(body) >= _CONNECT.size else (0, 0),
+            psn=ctx.psn, traffic_class=ctx.route_tc,
         )
+        req = end.req
+        end.rr, end.idepth, end.retry, end.rnr = (req.responder_resources, req.initiator_depth, req.retry_count,
+                                                  req.rnr_retry_count)
+        end.tc = req.traffic_class
         self._ends[ctx.handle] = end
         ctx.state = "CONNECT"
         self.fabric._send_req(end)
@@ -406,6 +419,35 @@ class FabricKernel(FakeKernel):
             super().close()
             self.host._kernels.discard(self)
 
+    # -- MIGRATE_ID and INIT_QP_ATTR past the single host
+    def _machine(self) -> object:
+        return self.host  # the fds of one host; another host's fd cannot be named here
+
+    def _adopt(self, old: FakeKernel, handles: List[int]) -> None:
+        """The cm_ids (and listener state, port bindings) of the migrated ids come along."""
+        assert isinstance(old, FabricKernel)
+        for h in handles:
+            end = old._ends.pop(h, None)
+            if end is not None:
+                end.kernel = self
+                self._ends[h] = end
+            if h in old._backlog:
+                self._backlog[h] = old._backlog.pop(h)
+            if h in old._unread:
+                self._unread[h] = old._unread.pop(h)
+            if h in old._bound:
+                old._bound.discard(h)
+                self._bound.add(h)
+
+    def _cm_qp_attr(self, ctx: _Ctx, state: QpState) -> Optional[Dict[str, Any]]:
+        end = self._ends.get(ctx.handle)
+        if end is None:
+            return None  # no cm_id yet: cma_ib_init_qp_attr
+        return self._connection_qp_attr(ctx, state, cm_state=end.cm, remote_qpn=end.remote_qpn,
+                                        remote_psn=end.remote_psn, responder_resources=end.rr,
+                                        initiator_depth=end.idepth, retry_count=end.retry, rnr_retry_count=end.rnr,
+                                        traffic_class=end.tc)
+
     # -- destruction
     def _forget(self, handle: int) -> None:
         self._ends.pop(handle, None)
@@ -446,9 +488,8 @@ class FabricKernel(FakeKernel):
     def _new_request(self, lst: _Ctx, req: _Request, dev: FakeDevice, ud: bool) -> Tuple[_Ctx, _End]:
         """``cma_ib_new_conn_id`` / ``cma_ib_new_udp_id``: the request's id, in state CONNECT,
         with uid 0, its addresses as the REQ's cma header gives them."""
-        handle = self._next
-        self._next += 1
-        ctx = self._ctx[handle] = _Ctx(handle, 0, lst.ps, abi.QpType.UD if ud else req.qp_type)
+        ctx = self._new_ctx(0, lst.ps, abi.QpType.UD if ud else req.qp_type)
+        handle = ctx.handle
         ctx.state, ctx.dev = "CONNECT", dev
         ctx.src = Address(req.dst.ip, req.dst.port, req.dst.scope_id, 0, req.dst.family)
         ctx.dst = Address(req.src.ip, req.src.port, req.src.scope_id, 0, req.src.family)
@@ -742,8 +783,8 @@ class FakeFabric:
                 src = lst.src
                 assert src is not None
                 if src.is_any:
-                    # a wildcard listener takes its own family; an IPv6 one IPv4 too (no AFONLY here)
-                    if src.family != req.dst.family and src.family != AF_INET6:
+                    # a wildcard listener takes its own family; an IPv6 one IPv4 too, unless AFONLY
+                    if src.family != req.dst.family and (src.family != AF_INET6 or lst.afonly):
                         continue
                 elif src.ip != req.dst.ip:
                     continue
@@ -780,6 +821,11 @@ class FakeFabric:
         self._insert_remote(child, req.qp_num, guid)
         child.cm = "REQ_RCVD"
         child.remote_qpn, child.remote_guid = req.qp_num, guid
+        # cm_req_handler: the REQ's initiator depth is the receiver's responder resources and the
+        # other way round; its retry counts, PSN and path (traffic class) are the receiver's too
+        child.rr, child.idepth, child.retry, child.rnr = (req.initiator_depth, req.responder_resources,
+                                                          req.retry_count, req.rnr_retry_count)
+        child.remote_psn, child.tc = req.psn, req.traffic_class
         child.peer, end.peer = end, child
         self._cancel(end)
         k._unread[ctx.handle] = lst.handle
@@ -789,7 +835,7 @@ class FakeFabric:
                            srq=req.srq, responder_resources=req.initiator_depth,
                            initiator_depth=req.responder_resources, flow_control=req.flow_control,
                            retry_count=req.retry_count, rnr_retry_count=req.rnr_retry_count)
-        k._post(ctx, E.CONNECT_REQUEST, 0, param, req.ece, uid=lst.uid)
+        k._post(ctx, E.CONNECT_REQUEST, 0, param, req.ece, uid=lst.uid, owner=lst.handle)
 
     def _deliver_sidr_req(self, end: _End, recv: FakeHost) -> None:
         req = end.req
@@ -814,7 +860,7 @@ class FakeFabric:
         k._unread[ctx.handle] = lst.handle
         # the ud arm carries only the private data (qp_num 0, no address handle)
         k._post(ctx, E.CONNECT_REQUEST, 0, self._ud(req.private_data, wire_size("SIDR_REQ", req.src.family)),
-                uid=lst.uid)
+                uid=lst.uid, owner=lst.handle)
 
     # -- REP, RTU (ib_send_cm_rep, cm_rep_handler, ib_send_cm_rtu, cm_rtu_handler)
     def _send_rep(self, end: _End, *, qp_num: int, private_data: bytes, srq: int, responder_resources: int,
@@ -825,6 +871,7 @@ class FakeFabric:
             raise _err(errno.EINVAL)
         end.cm = "REP_SENT"
         end.qp_num = qp_num
+        end.rr, end.idepth, end.rnr = responder_resources, initiator_depth, rnr_retry_count
         peer = end.peer
         self._log("REP", end.host, peer.host if peer else None, qp_num=qp_num, private_data_len=len(private_data))
         if peer is None or not peer.alive or peer.cm != "REQ_SENT":
@@ -839,6 +886,11 @@ class FakeFabric:
             return
         peer.cm = "REP_RCVD"
         peer.remote_qpn, peer.remote_guid = qp_num, end.host.guid
+        # cm_rep_handler: the REP's responder resources are the requester's initiator depth and
+        # the other way round; its RNR retry count and starting PSN are the requester's from now
+        peer.idepth, peer.rr, peer.rnr = responder_resources, initiator_depth, rnr_retry_count
+        ctx = end.kernel._ctx.get(end.handle)
+        peer.remote_psn = ctx.psn if ctx is not None else 0
         # cma_set_rep_event_data (no retry count), responder resources and initiator depth swapped
         param = self._conn(qp_num, private_data, REP_DATA, srq=srq, responder_resources=initiator_depth,
                            initiator_depth=responder_resources, flow_control=flow_control,

@@ -50,6 +50,7 @@ from .. import abi
 from .._codec import CODECS
 from .._device import write_to_address
 from ..addr import AF_IB, AF_INET, AF_INET6, Address, unpack_sockaddr
+from ..errors import DecodeError
 
 C = abi.UserCmCmd
 E = abi.CmEventType
@@ -523,7 +524,8 @@ class FakeKernel:
                 ctx.loopback = True
         if ctx.dev is None:
             self._queue(ctx, E.ADDR_ERROR, -errno.ENODEV)
-        elif d in self.net.peers or d in self.net.local or dst.ip.is_loopback:
+        elif d in self.net.peers or d in self.net.local or dst.ip.is_loopback or dst.ip.is_multicast:
+            # a multicast group needs no neighbour: its L2 address is mapped (how mckey resolves)
             self._queue(ctx, E.ADDR_RESOLVED)
         else:
             self._queue(ctx, E.ADDR_ERROR, -errno.ETIMEDOUT, delay_ms=max(timeout_ms, 1))
@@ -831,14 +833,14 @@ class FakeKernel:
     # -- multicast (ucma_process_join, rdma_join_multicast, cma_iboe_join_multicast, ucma_leave_multicast)
     def _cmd_join_ip_mcast(self, body: bytes, size_out: int) -> None:
         f = self._struct("rdma_ucm_join_ip_mcast", body)
-        a = unpack_sockaddr(f["addr"])
+        a = _sockaddr(f["addr"])
         if a is None or a.family == AF_IB:  # rdma_addr_size_in6: nothing but IPv4 and IPv6 fit
             raise _err(errno.EINVAL)
         self._join(f["response"], f["uid"], f["id"], a, int(abi.McJoinFlag.FULLMEMBER), size_out)
 
     def _cmd_join_mcast(self, body: bytes, size_out: int) -> None:
         f = self._struct("rdma_ucm_join_mcast", body)
-        a = unpack_sockaddr(f["addr"])
+        a = _sockaddr(f["addr"])
         if a is None:  # rdma_addr_size_kss: an unknown family
             raise _err(errno.EINVAL)
         if size_out < CODECS["rdma_ucm_create_id_resp"].size:
@@ -890,7 +892,7 @@ class FakeKernel:
     def _cmd_leave_mcast(self, body: bytes, size_out: int) -> None:
         if size_out < CODECS["rdma_ucm_destroy_id_resp"].size:
             raise _err(errno.ENOSPC)
-        f = self._struct("rdma_ucm_leave_mcast", body)
+        f = self._struct("rdma_ucm_destroy_id", body)  # LEAVE_MCAST's body is DESTROY_ID's
         mc = self._mcs.pop(f["id"], None)
         if mc is None:
             if any(f["id"] in k._mcs for k in list(_BY_FD.values()) if k is not self):
@@ -976,6 +978,15 @@ class FakeKernel:
         param = f["param"][:8]
         self._push(ctx.handle, CODECS["rdma_ucm_event_resp"].pack_dict(
             {"uid": ctx.uid, "id": ctx.handle, "event": f["event"], "status": f["status"], "param": param}))
+
+
+def _sockaddr(blob: bytes) -> Optional[Address]:
+    """The sockaddr at the start of ``blob``; None for family 0 or a family the kernel does not
+    know (``rdma_addr_size`` 0)."""
+    try:
+        return unpack_sockaddr(blob)
+    except DecodeError:
+        return None
 
 
 def _err(code: int) -> OSError:

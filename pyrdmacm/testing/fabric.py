@@ -40,8 +40,11 @@ lost messages.  A REQ (or SIDR REQ, or DREQ) that nobody can receive (no host ow
 the destination; the listener's backlog is full) is sent again every
 :attr:`~FakeFabric.cm_retry_ms` until :attr:`~FakeFabric.cm_timeout_ms`, then fails
 as the kernel's REQ_ERROR / SIDR_REQ_ERROR / DREQ_ERROR do (UNREACHABLE or
-DISCONNECTED, status -ETIMEDOUT).  AF_IB ids, iWARP, multicast, SET_OPTION and
-INIT_QP_ATTR are not part of the fabric.
+DISCONNECTED, status -ETIMEDOUT).  AF_IB ids and iWARP are not part of the fabric;
+multicast joins are each host's own (RoCE joins need no SA).  INIT_QP_ATTR reads the
+connection (peer QPN, both PSNs, atomics, retry counts, the path's traffic class), the
+ACK_TIMEOUT and TOS options reach it, AFONLY keeps an IPv6 wildcard listener from IPv4
+requests, and MIGRATE_ID moves an id with its cm_id between the fds of one host.
 
 Everything of one fabric runs under one lock (the kernels' ``_lock``), so a command
 and the events it causes on another host are one step.

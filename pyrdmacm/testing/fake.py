@@ -25,6 +25,13 @@ What a test may do to it or ask of it, without reaching into its fields:
 :attr:`FakeKernel.ids` (every id the fake holds, with its state as the kernel
 would keep it) and :attr:`FakeKernel.commands` (every command written).
 
+Past connection set-up it answers SET_OPTION (TOS, REUSEADDR, AFONLY, ACK_TIMEOUT,
+IB_PATH with its ROUTE_RESOLVED), INIT_QP_ATTR, NOTIFY, JOIN_MCAST / JOIN_IP_MCAST /
+LEAVE_MCAST (memberships with their own handles, MULTICAST_JOIN at once as on RoCE),
+MIGRATE_ID (between any two fakes of one machine, named by their fd), RESOLVE_IB_SERVICE
+and WRITE_CM_EVENT (commands above ``max_cmd`` are EINVAL, as a kernel without them says),
+with the kernel's errnos (``../shared/cm-notes.md`` sections 4 and 5).
+
 Alone, the fake is one host whose CONNECT is always rejected (28).  Several hosts that
 connect to each other, listen, accept, reject and disconnect as the kernel does for ids
 without a QP are :class:`pyrdmacm.testing.FakeFabric`'s (:mod:`pyrdmacm.testing.fabric`).

@@ -340,6 +340,10 @@ class KernelDevice:
 
         return identify_device(index, node_guid)
 
+    def reopen(self) -> "KernelDevice":
+        """Another fd on the same device (a sync id's private channel; MIGRATE_ID's target)."""
+        return type(self)(self.path, legacy=self.legacy)
+
     def close(self) -> None:
         with self._lock:
             fd, self._fd = self._fd, -1

@@ -349,7 +349,7 @@ def get_event(self: "EventChannel", timeout: Optional[float] = None) -> Optional
             else:
                 cm_id._cache = None
                 cm_id._unacked += 1
-                return _new_event(Event, (ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE, None))
+                return _new_event(Event, (ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE, None, None))
         return self._get_event(timeout, n < 0)
     finally:
         if self.closed:
@@ -407,7 +407,7 @@ def get_events(self: "EventChannel", max_events: int = 64, timeout: Optional[flo
                 cm_id._cache = None
                 if not ack:
                     cm_id._unacked += 1
-                out.append(_new_event(Event, (ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE, None)))
+                out.append(_new_event(Event, (ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE, None, None)))
         return out
     finally:
         if self.closed:

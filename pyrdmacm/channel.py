@@ -39,7 +39,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from . import _device, _hot, abi, wire
 from ._device import KernelDevice, ReplyBuffer, Transport, Waker
-from .cmid import CmId, port_space, request_id
+from .cmid import CmId, Membership, port_space, request_id
 from .errors import KernelError, StateError, UsageError
 from .events import EVENT_RESP_SIZE, Event, decode_event_head
 from .state import State, after_event
@@ -50,6 +50,8 @@ E = abi.CmEventType
 _PS_TCP = abi.PortSpace.TCP
 _QP_RC = abi.QpType.RC
 _CONNECT_REQUEST = E.CONNECT_REQUEST
+_DISCONNECTED = E.DISCONNECTED
+_DISCONNECTED_STATE = State.DISCONNECTED
 _DESTROYED = State.DESTROYED
 _new_object = object.__new__
 _GET_EVENT = wire.COMMAND["GET_EVENT"]
@@ -88,6 +90,12 @@ class EventChannel:
         self._fd: int = self._t.direct_fd()
         #: the registry: uid -> the id its events are for
         self._ids: Dict[int, CmId] = {}
+        #: multicast memberships (their events carry the membership's own uid)
+        self._mcs: Dict[int, Membership] = {}
+        #: answer the peer's DREQ (write DISCONNECT, which sends the DREP) when DISCONNECTED
+        #: arrives on a connection this side did not disconnect: the peer's disconnect then
+        #: completes at once instead of retrying until its DREQ times out
+        self.answer_disconnect = True
         self._cmd_lock = threading.Lock()
         #: the one-reader rule's guard: a one-slot list, only tried (list.pop/append are atomic;
         #: under emulation a threading.Lock round trip costs as much as the GET_EVENT it guards)
@@ -129,6 +137,9 @@ class EventChannel:
             for cm_id in list(self._ids.values()):
                 cm_id._state = _DESTROYED
             self._ids.clear()
+            for m in list(self._mcs.values()):
+                getattr(m.id, "_mcs", {}).pop(m.uid, None)
+            self._mcs.clear()
         self._waker.signal()  # wake a waiting reader: it raises "closed" (never a forked child's)
         self._fd = -1
         self._write = self._t.write  # guarded: raises once the fd is closed
@@ -308,18 +319,49 @@ class EventChannel:
         connection request), count it unacked."""
         uid, handle, ev, status, raw, ece = decode_event_head(view)
         cm_id = self._ids.get(uid)
-        if cm_id is None or cm_id._state is _DESTROYED:
-            return None  # an id destroyed meanwhile: its event is dropped
+        membership = None
+        if cm_id is None:
+            membership = self._mcs.get(uid)
+            if membership is None:
+                return None  # an id destroyed (or a group left) meanwhile: its event is dropped
+            cm_id = membership.id
+        if cm_id._state is _DESTROYED:
+            return None
         listen_id = None
         if ev is _CONNECT_REQUEST:
             listen_id = cm_id
             cm_id = request_id(self, handle, listen_id)
         else:
-            cm_id._state = after_event(cm_id.kind, cm_id._state, ev)
+            before = cm_id._state
+            cm_id._state = after_event(cm_id.kind, before, ev)
             cm_id._cache = None
-        event = Event(ev, status, cm_id, handle, raw, ece, listen_id)
+            if ev is _DISCONNECTED and before is not _DISCONNECTED_STATE and self.answer_disconnect:
+                self._answer_dreq(cm_id)
+        event = Event(ev, status, cm_id, handle, raw, ece, listen_id, membership)
+        if listen_id is not None:
+            cm_id._request = event
         cm_id._unacked += 1
         return event
+
+    def _answer_dreq(self, cm_id: CmId) -> None:
+        """The peer disconnected (DISCONNECTED, and this side had not): send the DREP now
+        (DISCONNECT), so the peer's disconnect completes.  A refusal changes nothing (the
+        connection is gone either way) and is not the reader's concern."""
+        try:
+            self.submit(wire.COMMAND["DISCONNECT"].encode(cm_id.handle), "DISCONNECT")
+        except (KernelError, StateError):
+            pass
+
+    def _private(self) -> "EventChannel":
+        """A new channel on the same device, for one sync id (librdmacm's private channel)."""
+        reopen = getattr(self._t, "reopen", None)
+        if reopen is None:
+            raise UsageError("this channel's transport cannot open a second fd (no reopen()): a sync id "
+                             "needs a channel of its own")
+        ch = EventChannel(reopen(), legacy=self.legacy)
+        ch._wait_first = True
+        ch._fast = 0
+        return ch
 
     def events(self, timeout: Optional[float] = None) -> Iterator[Event]:
         """Iterate over events until none arrives within ``timeout``."""

@@ -28,21 +28,29 @@ calls block until their outcome (librdmacm's synchronous mode; the outcome is
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import ipaddress
+import itertools
+import random
+import struct
+import time as _time
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
 from . import _hot, abi, wire
+from ._codec import CODECS
+from ._device import ReplyBuffer
 from .addr import AF_IB, Address, AddressLike, parse_address
 from .errors import EventError, KernelError, StateError, UsageError
 from .events import Event
-from .records import AddrInfo, DeviceRef, PathRecord
+from .records import AddrInfo, ConnParam, DeviceRef, PathRecord, QpAttr
 from .state import OUTCOMES, Call, Kind, State, kind_of, next_state, refusal
 
 if TYPE_CHECKING:  # pragma: no cover
     from .channel import EventChannel
 
-__all__ = ["CmId", "SourceIgnoredWarning"]
+__all__ = ["CmId", "Membership", "SourceIgnoredWarning", "allocate_qp_num", "private_data_limit"]
 
 E = abi.CmEventType
 _PortSpace = abi.PortSpace
@@ -124,6 +132,9 @@ class CmId:
         "_dst",
         "_unacked",
         "_context",
+        "_qpn",
+        "_request",
+        "_mcs",
         "__weakref__",
     )
 
@@ -134,6 +145,9 @@ class CmId:
     _unacked: int
     _cache: Optional[List[Any]]
     _dst: Optional[Address]
+    _request: Event
+    _qpn: int
+    _mcs: Dict[int, "Membership"]
 
     def __init__(
         self,
@@ -344,51 +358,370 @@ class CmId:
         _u("backlog", backlog, 0x7FFFFFFF)
         self._call(Call.LISTEN, _CMD["LISTEN"].encode(self.handle, backlog), "LISTEN")
 
-    def connect(
-        self,
-        qp_num: int = 0,
-        private_data: bytes = b"",
-        *,
-        responder_resources: int = 0,
-        initiator_depth: int = 0,
-        retry_count: int = 7,
-        rnr_retry_count: int = 7,
-        flow_control: int = 0,
-        srq: int = 0,
-        qkey: int = 0,
-        ece: Tuple[int, int] = (0, 0),
-    ) -> Optional[Event]:
-        """Connect to the resolved destination (CONNECT): ``rdma_connect``.
-
-        Without libibverbs there is no QP here: ``qp_num`` names the QP the
-        caller made elsewhere (the CM carries it to the peer).
-        """
-        data = _private_data(private_data)
-        qp_num = _u("qp_num", qp_num, 0xFFFFFF)
-        responder_resources = _u("responder_resources", responder_resources, 0xFF)
-        initiator_depth = _u("initiator_depth", initiator_depth, 0xFF)
-        retry_count = _u("retry_count", retry_count, 7)
-        rnr_retry_count = _u("rnr_retry_count", rnr_retry_count, 7)
-        flow_control = _u("flow_control", flow_control, 1)
-        srq = _u("srq", srq, 1)
-        qkey = _u("qkey", qkey, 0xFFFFFFFF)
+    # -- connections: parameters
+    def _conn_param(self, param: Any, private_data: Any, fields: Dict[str, Any], message: str) -> Tuple[ConnParam, int]:
+        """The connection parameters of connect/accept, checked (UsageError before any syscall),
+        and the QP number to send."""
+        if isinstance(param, ConnParam):
+            if private_data is not None or fields:
+                raise UsageError("give a ConnParam or its fields as keyword arguments, not both")
+            p = param
+        else:
+            if param is not None:
+                if "qp_num" in fields:
+                    raise UsageError("qp_num given twice (positionally and by keyword)")
+                fields["qp_num"] = param
+            if private_data is not None:
+                fields["private_data"] = private_data
+            try:
+                p = ConnParam(**fields)
+            except TypeError:
+                unknown = sorted(set(fields) - set(_CONN_FIELDS))
+                raise UsageError("unknown connection parameter%s %s: the fields are %s" % (
+                    "s" if len(unknown) > 1 else "", ", ".join(unknown), ", ".join(_CONN_FIELDS))) from None
+        family = getattr(self._peer(), "family", abi.AF_INET)
+        limit = private_data_limit(message, family)
+        data = p.private_data
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise UsageError("private_data must be bytes, got %s" % type(data).__name__)
+        data = bytes(data)
+        if len(data) > limit:
+            raise UsageError("private_data is %d bytes; a %s of this id carries at most %d" % (len(data), message, limit))
+        if p.qp_num is None:
+            qp_num = allocate_qp_num()
+        else:
+            qp_num = _u("qp_num", p.qp_num, 0xFFFFFF)
+            if qp_num in _RESERVED_QPN:
+                raise UsageError("qp_num 0x%x is reserved (0 and 1 are the SMI and GSI QPs, 0xffffff is "
+                                 "multicast): give your QP's number, or None to have one allocated" % qp_num)
+        _u("responder_resources", p.responder_resources, 0xFF)
+        _u("initiator_depth", p.initiator_depth, 0xFF)
+        _u("retry_count", p.retry_count, 7)
+        _u("rnr_retry_count", p.rnr_retry_count, 7)
+        _u("flow_control", p.flow_control, 1)
+        _u("srq", p.srq, 1)
+        _u("qkey", p.qkey, 0xFFFFFFFF)
+        ece = p.ece
         if not isinstance(ece, tuple) or len(ece) != 2:
             raise UsageError("ece must be a (vendor_id, attr_mod) pair of ints, got %r" % (ece,))
-        vendor_id = _u("ece vendor_id", ece[0], 0xFFFFFFFF)
-        attr_mod = _u("ece attr_mod", ece[1], 0xFFFFFFFF)
-        cmd = _CMD["CONNECT"].encode(
-            qp_num, qkey, data, len(data), srq, responder_resources, initiator_depth, flow_control,
-            retry_count, rnr_retry_count, 1, self.handle, 0, vendor_id, attr_mod,
-        )
+        _u("ece vendor_id", ece[0], 0xFFFFFFFF)
+        _u("ece attr_mod", ece[1], 0xFFFFFFFF)
+        if data is not p.private_data:
+            p = dataclasses.replace(p, private_data=data)
+        return p, qp_num
+
+    # -- connections: the active side
+    def connect(self, param: Union[ConnParam, int, None] = None, private_data: Optional[bytes] = None,
+                **fields: Any) -> Optional[Event]:
+        """Connect to the resolved destination (CONNECT): ``rdma_connect``.
+
+        ``param`` is a :class:`~pyrdmacm.records.ConnParam`, or its fields are given as
+        keyword arguments (``connect(qp_num=..., private_data=b"...", retry_count=5)``; the
+        QP number and private data may come positionally, as before).  Without libibverbs
+        there is no QP here: ``qp_num`` names the QP the caller made elsewhere, or None
+        for a number allocated unique in the process (:func:`allocate_qp_num`).
+
+        A connected id then gets CONNECT_RESPONSE (the peer's REP; :meth:`establish` sends
+        the RTU), REJECTED or UNREACHABLE; a datagram id ESTABLISHED (the SIDR REP) or
+        UNREACHABLE.  In sync mode this waits, sends the RTU itself, and returns the event
+        (REJECTED ... raise :class:`EventError`).
+        """
+        ud = self.kind is Kind.DATAGRAM
+        p, qp_num = self._conn_param(param, private_data, fields, "SIDR_REQ" if ud else "REQ")
+        cmd = _CMD["CONNECT"].encode(*wire.conn_fields(p, qp_num), self.handle, 0, *p.ece)
+        self._qpn = qp_num
         self._call(Call.CONNECT, cmd, "CONNECT", dst=self._peer())
         if self.channel._wait_first and self.sync:  # a sync id's channel is its own
-            return self._complete(Call.CONNECT, "CONNECT", dst=self._peer())
+            ev = self._complete(Call.CONNECT, "CONNECT", dst=self._peer())
+            if ev.event is E.CONNECT_RESPONSE:
+                self.establish()
+            return ev
         return None
+
+    @property
+    def qp_num(self) -> Optional[int]:
+        """The QP number this id's connect() or accept() sent (None before either)."""
+        return getattr(self, "_qpn", None)
+
+    def establish(self) -> None:
+        """Send the RTU after CONNECT_RESPONSE (ACCEPT with the parameters marked invalid):
+        ``rdma_establish``.  The peer then gets ESTABLISHED; this side gets no event (its
+        state is CONNECTED at once).  Sync mode and the helpers do it themselves."""
+        self._call(Call.ESTABLISH, _ESTABLISH(self.handle), "ACCEPT", dst=self._peer())
+
+    # -- connections: the passive side
+    @property
+    def request(self) -> Optional[Event]:
+        """The CONNECT_REQUEST event that made this id (None for an id made by CREATE_ID)."""
+        return getattr(self, "_request", None)
+
+    @property
+    def listen_id(self) -> Optional["CmId"]:
+        """The listener a connection request's id came from (None for other ids)."""
+        req = self.request
+        return req.listen_id if req is not None else None
+
+    def get_request(self, timeout: Optional[float] = None) -> Optional["CmId"]:
+        """``rdma_get_request``: the id of the next connection request to this listener, or
+        None when none came within ``timeout`` seconds (None: wait for ever).
+
+        For a sync listener (``CmId(None)``), as in librdmacm: a listener with a channel
+        gets its requests as CONNECT_REQUEST events of that channel."""
+        if self._state is not State.LISTEN:
+            raise StateError("get_request needs a listening id (state LISTEN), this one is %s (uid %d)"
+                             % (self._state, self.uid))
+        if not self.sync:
+            raise UsageError("get_request is for a sync listener (CmId(None)); a listener with a channel "
+                             "gets its requests as CONNECT_REQUEST events of the channel")
+        ch = self.channel
+        t = ch._seconds(timeout)
+        deadline = None if t is None else _time.monotonic() + t
+        while True:
+            left = None if deadline is None else max(0.0, deadline - _time.monotonic())
+            ev = ch.get_event(left)
+            if ev is None:
+                return None
+            if ev.event is E.CONNECT_REQUEST and ev.listen_id is self:
+                ev.ack()
+                return ev.id
+            if ev.id is self and not ev.ok:
+                ev.ack()
+                raise EventError(ev, "LISTEN")
+            if deadline is not None and left == 0.0:
+                return None
+
+    def accept(self, param: Union[ConnParam, int, None] = None, private_data: Optional[bytes] = None,
+               **fields: Any) -> Optional[Event]:
+        """Accept a connection request (ACCEPT): ``rdma_accept``, on the id of a CONNECT_REQUEST.
+
+        ``param`` as for :meth:`connect` (private data up to 196 bytes, 136 on a datagram
+        id).  The id gets its own uid here (the kernel queues its events under it).  A
+        connected id then gets ESTABLISHED when the peer's RTU comes; a datagram id is
+        done at once (the SIDR REP is sent; no event follows).  If the kernel refuses the
+        accept it rejects the request itself (the peer gets REJECTED 28): the id is FAILED.
+        In sync mode (a request of a sync listener) the id first moves to a channel of its
+        own, as librdmacm does, and this waits for ESTABLISHED.
+        """
+        ud = self.kind is Kind.DATAGRAM
+        p, qp_num = self._conn_param(param, private_data, fields, "SIDR_REP" if ud else "REP")
+        self._transition(Call.ACCEPT)
+        if self.request is None:
+            raise StateError("accept: id uid %d is no connection request's id" % self.uid)
+        if self.sync:
+            self.migrate(self.channel._private())
+        ch = self.channel
+        uid = ch._register(self)
+        cmd = _CMD["ACCEPT"].encode(uid, *wire.conn_fields(p, qp_num), self.handle, 0, *p.ece)
+        self._qpn = qp_num
+        try:
+            self._call(Call.ACCEPT, cmd, "ACCEPT", dst=self._peer())
+        except KernelError:
+            ch._ids.pop(uid, None)
+            self.uid = 0
+            self._state = State.FAILED  # the kernel rejected the request itself (REJ 28)
+            raise
+        except BaseException:
+            ch._ids.pop(uid, None)
+            self.uid = 0
+            raise
+        if self.sync and not ud:
+            return self._complete(Call.ACCEPT, "ACCEPT", dst=self._peer())
+        return None
+
+    def reject(self, private_data: bytes = b"", reason: Optional[int] = None) -> None:
+        """Reject a connection request (REJECT): ``rdma_reject``; on the active side, refuse
+        the peer's REP (after CONNECT_RESPONSE).
+
+        ``private_data`` goes in the REJ (at most 148 bytes; 136 in a datagram id's SIDR
+        REP).  ``reason`` is None (what librdmacm sends: the kernel makes it 28,
+        CONSUMER_DEFINED), 28, or 35 (VENDOR_OPTION_NOT_SUPPORTED: refusing the ECE
+        offered); the kernel takes no other.  The id is FAILED after: destroy it."""
+        ud = self.kind is Kind.DATAGRAM
+        limit = private_data_limit("SIDR_REP" if ud else "REJ", abi.AF_INET)
+        data = _private_data(private_data, limit)
+        if reason is None:
+            code = 0
+        else:
+            code = _u("reason", reason, 0xFF)
+            if code not in abi.REJECT_REASONS:
+                raise UsageError("reason %r: the kernel takes only 28 (CONSUMER_DEFINED) and 35 "
+                                 "(VENDOR_OPTION_NOT_SUPPORTED); leave it out for 28" % (reason,))
+        self._call(Call.REJECT, _CMD["REJECT"].encode(self.handle, len(data), code, 0, data), "REJECT",
+                   dst=self._peer())
+
+    def notify(self, event: int = abi.NotifyEvent.COMM_EST) -> bool:
+        """``rdma_notify``: tell the CM that the QP saw ``event``.  COMM_EST (the default) on an
+        accepted id makes the connection ESTABLISHED without waiting for the RTU (the
+        ESTABLISHED event follows); PATH_MIG switches to the alternate path.  Returns False
+        when the connection was established already (the kernel's EISCONN, which librdmacm
+        says may be ignored), True otherwise."""
+        try:
+            ev = abi.NotifyEvent(event)
+        except ValueError:
+            raise UsageError("notify takes NotifyEvent.COMM_EST (4) or PATH_MIG (6), got %r" % (event,)) from None
+        try:
+            self._call(Call.NOTIFY, _CMD["NOTIFY"].encode(self.handle, int(ev)), "NOTIFY", dst=self._peer())
+        except KernelError as e:
+            if e.errno == errno.EISCONN:
+                return False
+            raise
+        return True
 
     def disconnect(self) -> None:
         """Disconnect (DISCONNECT): ``rdma_disconnect``; sends a DREQ, or the DREP once the
-        peer's DREQ came (the DISCONNECTED event)."""
+        peer's DREQ came (the DISCONNECTED event; the channel answers it itself unless
+        ``channel.answer_disconnect`` is False).  TIMEWAIT_EXIT follows a few seconds later
+        (while the id exists)."""
         self._call(Call.DISCONNECT, _CMD["DISCONNECT"].encode(self.handle), "DISCONNECT", dst=self._peer())
+
+    # -- multicast
+    def join_multicast(self, addr: AddressLike, *, send_only: bool = False, context: Any = None) -> "Membership":
+        """Join a multicast group (JOIN_MCAST; JOIN_IP_MCAST on kernels before 3.11):
+        ``rdma_join_multicast_ex``.  A datagram id, bound or resolved.  ``send_only`` joins
+        as a send-only full member (no IGMP join on RoCE).  MULTICAST_JOIN (with the
+        group's address handle: ``event.param``) or MULTICAST_ERROR follows, its
+        ``membership`` the object returned; in sync mode this waits for it."""
+        a = parse_address(addr)
+        if not isinstance(send_only, bool):
+            raise UsageError("send_only must be a bool, got %r" % (send_only,))
+        self._transition(Call.JOIN_MULTICAST)
+        ch = self.channel
+        ch._check()
+        m = Membership(self, a, send_only, context)
+        reply = ReplyBuffer(_CMD["JOIN_MCAST"].out)
+        if ch.legacy:
+            if send_only:
+                raise UsageError("a send-only join needs JOIN_MCAST, which kernels before 4.9 lack")
+            data = _CMD["JOIN_IP_MCAST"].encode(reply.address, m.uid, a.pack_in6(), self.handle)
+            command = "JOIN_IP_MCAST"
+        else:
+            flags = abi.McJoinFlag.SENDONLY_FULLMEMBER if send_only else abi.McJoinFlag.FULLMEMBER
+            data = _CMD["JOIN_MCAST"].encode(reply.address, m.uid, self.handle, a.size, int(flags), a.pack_storage())
+            command = "JOIN_MCAST"
+        ch._ids[m.uid] = m  # type: ignore[assignment]  # before the write: its event may come at once
+        try:
+            self._call(Call.JOIN_MULTICAST, data, command, dst=a)
+        except BaseException:
+            ch._ids.pop(m.uid, None)
+            raise
+        m.handle = reply.u32[0]
+        self._memberships()[m.uid] = m
+        if self.sync:
+            outcome = OUTCOMES[(self.kind, Call.JOIN_MULTICAST)]
+            while True:
+                ev = ch.get_event(None)
+                if ev is not None and ev.membership is m and ev.event in outcome.events:
+                    ev.ack()
+                    if ev.event in outcome.failed:
+                        raise EventError(ev, command, dst=a)
+                    break
+        return m
+
+    def _memberships(self) -> Dict[int, "Membership"]:
+        try:
+            return self._mcs
+        except AttributeError:
+            self._mcs = {}
+            return self._mcs
+
+    @property
+    def memberships(self) -> List["Membership"]:
+        """The multicast groups this id joined and did not leave."""
+        return list(getattr(self, "_mcs", {}).values())
+
+    # -- options
+    def set_option(self, option: Union[abi.OptionId, abi.OptionIb], value: Any) -> None:
+        """``rdma_set_option``: one of :class:`~pyrdmacm.abi.OptionId` (TOS: 0..255, set before
+        resolve_route to take effect; REUSEADDR and AFONLY: bool, before bind/resolve/listen;
+        ACK_TIMEOUT: 0..31, connected ids) or :class:`~pyrdmacm.abi.OptionIb` PATH (a list of
+        :class:`~pyrdmacm.records.PathRecord` or raw ``ib_path_rec_data`` bytes, after
+        ADDR_RESOLVED instead of resolve_route: the kernel queues ROUTE_RESOLVED).  The
+        state rules are checked before the syscall."""
+        spec = _OPTIONS.get(option if isinstance(option, (abi.OptionId, abi.OptionIb)) else None)
+        if spec is None:
+            raise UsageError("unknown option %r: use OptionId.TOS, REUSEADDR, AFONLY, ACK_TIMEOUT or OptionIb.PATH"
+                             % (option,))
+        call, level, encode = spec
+        payload = encode(value)
+        buf = ReplyBuffer(len(payload))  # the pinned input the command points at, held across the write
+        buf.fill(payload)
+        data = _CMD["SET_OPTION"].encode(buf.address, self.handle, int(level), int(option), len(payload))
+        self._call(call, data, "SET_OPTION", dst=self._peer())
+        if call is Call.SET_IB_PATH and self.sync and self.channel._wait_first:
+            self._complete(call, "SET_OPTION", dst=self._peer())
+
+    def set_tos(self, tos: int) -> None:
+        """``set_option(OptionId.TOS, tos)``: the type of service (RoCE: traffic class and SL)."""
+        self.set_option(abi.OptionId.TOS, tos)
+
+    def set_reuseaddr(self, on: bool = True) -> None:
+        self.set_option(abi.OptionId.REUSEADDR, on)
+
+    def set_afonly(self, on: bool = True) -> None:
+        self.set_option(abi.OptionId.AFONLY, on)
+
+    def set_ack_timeout(self, timeout: int) -> None:
+        """``set_option(OptionId.ACK_TIMEOUT, t)``: the QP's local ACK timeout, 4.096 us * 2**t."""
+        self.set_option(abi.OptionId.ACK_TIMEOUT, timeout)
+
+    # -- QP attributes, migration, user events
+    def init_qp_attr(self, qp_state: Union[abi.QpState, int]) -> QpAttr:
+        """``rdma_init_qp_attr``: the attributes a QP moving to ``qp_state`` (INIT, RTR, RTS ...)
+        would be given for this id's connection -- what to program a QP made elsewhere
+        with, and the numbers behind a data-plane failure (peer QPN, PSNs, MTU, timeout,
+        retry counts)."""
+        try:
+            st = abi.QpState(_u("qp_state", qp_state, 0xFFFFFFFF))
+        except ValueError:
+            raise UsageError("qp_state %r: use a QpState (RESET 0 .. ERR 6)" % (qp_state,)) from None
+        reply = ReplyBuffer(_CMD["INIT_QP_ATTR"].out)
+        self._call(Call.INIT_QP_ATTR, _CMD["INIT_QP_ATTR"].encode(reply.address, self.handle, int(st)),
+                   "INIT_QP_ATTR", dst=self._peer())
+        return wire.decode_qp_attr(reply.view)
+
+    def migrate(self, channel: "EventChannel") -> int:
+        """``rdma_migrate_id``: move the id, its memberships and its events not read yet to
+        ``channel`` (MIGRATE_ID, written on the new channel).  Returns ``events_reported``:
+        how many of its events the old channel delivered.  Events already read stay with
+        whoever read them."""
+        from .channel import EventChannel
+
+        if not isinstance(channel, EventChannel):
+            raise UsageError("migrate needs an EventChannel, got %r" % (channel,))
+        old = self.channel
+        if channel is old:
+            raise UsageError("the id is on that channel already")
+        self._transition(Call.MIGRATE)
+        channel._check()
+        moving: List[Any] = [self] if self.uid else []
+        moving += self.memberships
+        for obj in moving:  # registered on the new channel first: its events may arrive there at once
+            channel._ids[obj.uid] = obj
+        reply = ReplyBuffer(_CMD["MIGRATE_ID"].out)
+        try:
+            channel.submit(_CMD["MIGRATE_ID"].encode(reply.address, self.handle, old.fileno()), "MIGRATE_ID",
+                           dst=self._peer())
+        except BaseException:
+            for obj in moving:
+                channel._ids.pop(obj.uid, None)
+            raise
+        for obj in moving:
+            old._ids.pop(obj.uid, None)
+        self.channel = channel
+        reported: int = reply.u32[0]
+        return reported
+
+    def write_event(self, arg: int = 0, status: int = 0) -> None:
+        """Queue a USER event for this id on its own channel (WRITE_CM_EVENT, Linux 6.17+):
+        a wake-up for a thread or task reading the channel; ``event.param`` is
+        ``(arg & 0xffffffff, arg >> 32)``.  Older kernels refuse it (EINVAL)."""
+        arg = _u("arg", arg, 0xFFFFFFFFFFFFFFFF)
+        status = _u("status", status, 0x7FFFFFFF, -0x80000000)
+        self._alive("write_event")
+        param = struct.pack("<Q", arg).ljust(_WRITE_EVENT_PARAM, b"\0")
+        self.channel.submit(_CMD["WRITE_CM_EVENT"].encode(self.handle, 0, int(E.USER), status & 0xFFFFFFFF, param),
+                            "WRITE_CM_EVENT")
+
 
     destroy = _hot.destroy
     destroy.__doc__ = """Destroy the id (DESTROY_ID): ``rdma_destroy_id``.  Returns ``events_reported``.
@@ -537,6 +870,120 @@ class CmId:
         return d.ip if d is not None and d.family == AF_IB else None  # type: ignore[return-value]
 
 
+# -- connections: the QP-number policy and the private-data limits
+
+#: QP numbers never sent: the SMI and GSI QPs, and the multicast QPN.
+_RESERVED_QPN = frozenset((0, 1, 0xFFFFFF))
+_QPN_LO, _QPN_SPAN = 0x100000, 0xFFFFFF - 0x100000
+_qpn_counter = itertools.count(random.randrange(_QPN_SPAN)).__next__
+
+
+def allocate_qp_num() -> int:
+    """A QP number for a connection whose caller gave none (``ConnParam.qp_num=None``).
+
+    The number is on the wire: the peer's CM keys its connections by (remote QP number,
+    remote CA GUID), live ones and those in timewait, and answers a second REQ with the
+    same pair with REJECTED 10 (stale connection); the peer's QP sends its data there.  So
+    the numbers come from a counter, unique in the process, starting at a random point of
+    0x100000..0xfffffe (above the QP indexes Soft-RoCE hands out; on hardware a number may
+    still equal a real QP's of this host, which then gets the peer's packets -- give your
+    own QP's number there).  Never 0, 1 or 0xffffff.  Two processes of one host draw from
+    different random points, so they rarely meet; a reused number is refused with 10."""
+    return _QPN_LO + _qpn_counter() % _QPN_SPAN
+
+
+def private_data_limit(message: str, family: int) -> int:
+    """How many bytes of private data a user may put in ``message`` ("REQ", "REP", "REJ",
+    "SIDR_REQ", "SIDR_REP") of an id of address ``family``: the IB CM's field, less the
+    rdma_cm header the kernel puts before a REQ's and a SIDR REQ's data for IP ids."""
+    return abi.cm_private_data_limit(message, family)
+
+
+def _opt_u8(name: str, hi: int) -> Callable[[Any], bytes]:
+    return lambda v: struct.pack("B", _u(name, v, hi))
+
+
+def _opt_bool(name: str) -> Callable[[Any], bytes]:
+    def encode(v: Any) -> bytes:
+        if not isinstance(v, (bool, int)) or v not in (0, 1):
+            raise UsageError("%s must be a bool, got %r" % (name, v))
+        return struct.pack("<i", int(v))
+    return encode
+
+
+def _opt_paths(v: Any) -> bytes:
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        data = bytes(v)
+        size = abi.ib_path_rec_data.sizeof()
+        if not data or len(data) % size:
+            raise UsageError("IB_PATH takes whole ib_path_rec_data entries (%d bytes each), got %d bytes"
+                             % (size, len(data)))
+        return data
+    if isinstance(v, PathRecord):
+        v = [v]
+    try:
+        records = list(v)
+    except TypeError:
+        raise UsageError("IB_PATH takes PathRecords (query_path() gives them) or ib_path_rec_data bytes, "
+                         "got %r" % (v,)) from None
+    if not records or not all(isinstance(r, PathRecord) for r in records):
+        raise UsageError("IB_PATH takes one or more PathRecords, got %r" % (v,))
+    return b"".join(wire.encode_path_record(r) for r in records)
+
+
+#: option -> (the state machine's call, the level, the value's encoder)
+_OPTIONS: Dict[Any, Tuple[Call, abi.OptionLevel, Callable[[Any], bytes]]] = {
+    abi.OptionId.TOS: (Call.SET_TOS, abi.OptionLevel.ID, _opt_u8("TOS", 0xFF)),
+    abi.OptionId.REUSEADDR: (Call.SET_REUSEADDR, abi.OptionLevel.ID, _opt_bool("REUSEADDR")),
+    abi.OptionId.AFONLY: (Call.SET_AFONLY, abi.OptionLevel.ID, _opt_bool("AFONLY")),
+    abi.OptionId.ACK_TIMEOUT: (Call.SET_ACK_TIMEOUT, abi.OptionLevel.ID, _opt_u8("ACK_TIMEOUT", 31)),
+    abi.OptionIb.PATH: (Call.SET_IB_PATH, abi.OptionLevel.IB, _opt_paths),
+}
+
+_CONN_FIELDS = tuple(f.name for f in dataclasses.fields(ConnParam))
+_ACCEPT = _CMD["ACCEPT"]
+#: establish(): ACCEPT with nothing but the id (uid 0, parameters invalid), as librdmacm sends it
+_ESTABLISH: Callable[[int], bytes] = lambda handle: _ACCEPT.encode_dict({"id": handle})
+_WRITE_EVENT_PARAM = CODECS["rdma_ucm_write_cm_event"].size - CODECS["rdma_ucm_write_cm_event"].offset("param")
+
+
+class Membership:
+    """One multicast group an id joined (``join_multicast``): its events (MULTICAST_JOIN,
+    MULTICAST_ERROR) carry it as ``event.membership``; ``leave()`` ends it."""
+
+    __slots__ = ("id", "addr", "uid", "handle", "send_only", "context", "__weakref__")
+
+    def __init__(self, cm_id: CmId, addr: Address, send_only: bool, context: Any) -> None:
+        self.id = cm_id
+        self.addr = addr
+        self.uid = _hot.next_uid()
+        self.handle = -1
+        self.send_only = send_only
+        self.context = context
+
+    @property
+    def joined(self) -> bool:
+        return self.uid in getattr(self.id, "_mcs", {})
+
+    def leave(self) -> int:
+        """``rdma_leave_multicast`` (LEAVE_MCAST): returns ``events_reported``; the group's
+        events not read yet are dropped by the kernel."""
+        cm = self.id
+        if not self.joined:
+            raise StateError("leave: the membership of %s (uid %d) was left already" % (self.addr, self.uid))
+        cm._alive("leave_multicast")
+        ch = cm.channel
+        reply = ReplyBuffer(_CMD["LEAVE_MCAST"].out)
+        ch.submit(_CMD["LEAVE_MCAST"].encode(reply.address, self.handle, 0), "LEAVE_MCAST", dst=self.addr)
+        cm._mcs.pop(self.uid, None)
+        ch._ids.pop(self.uid, None)
+        reported: int = reply.u32[0]
+        return reported
+
+    def __repr__(self) -> str:
+        return "<Membership %s uid=%d of %r%s>" % (self.addr, self.uid, self.id, " send-only" if self.send_only else "")
+
+
 def request_id(channel: "EventChannel", handle: int, listener: CmId) -> CmId:
     """The id the kernel made for an incoming connection request (CONNECT_REQUEST's ``id``).
 
@@ -549,6 +996,8 @@ def request_id(channel: "EventChannel", handle: int, listener: CmId) -> CmId:
         obj._ps, obj._qp_type = listener.ps, listener.qp_type
     if listener.context is not None:
         obj._context = listener.context
+    if listener.sync:
+        obj._sync = True
     obj._state, obj._unacked = State.REQUEST, 0
     return obj
 

@@ -64,7 +64,39 @@ _HINTS = {
 }
 
 
-def hint_for(err: int) -> str:
+# What an errno means for one command, where it means something else than in general
+# (cm-notes: the kernel's rules for each command).
+_COMMAND_HINTS = {
+    ("CONNECT", _errno.EINVAL): "the kernel refused the connection request: the id must be ROUTE_RESOLVED "
+    "and connect once; private data at most 56 bytes (180 for UDP)",
+    ("ACCEPT", _errno.EINVAL): "the kernel refused the accept and rejected the peer's request (REJ 28): "
+    "destroy this id; the peer may retry",
+    ("REJECT", _errno.EINVAL): "nothing to reject: the request was answered already (or the id never had one)",
+    ("NOTIFY", _errno.EINVAL): "NOTIFY needs an accepted connection (after accept(), before ESTABLISHED)",
+    ("DISCONNECT", _errno.EINVAL): "the id has no connection to disconnect",
+    ("JOIN_MCAST", _errno.EINVAL): "a join needs a datagram id (PortSpace.UDP or IPOIB) bound to an RDMA "
+    "device, and join flags 0 or 1",
+    ("JOIN_IP_MCAST", _errno.EINVAL): "a join needs a datagram id (PortSpace.UDP or IPOIB) bound to an RDMA device",
+    ("LEAVE_MCAST", _errno.ENOENT): "the kernel knows no such membership (left already?)",
+    ("SET_OPTION", _errno.ENOSYS): "the kernel has no such option",
+    ("SET_OPTION", _errno.EINVAL): "the kernel refused the option in this state or with this value",
+    ("MIGRATE_ID", _errno.EINVAL): "the id's channel is no rdma_cm fd of this process",
+    ("MIGRATE_ID", _errno.ENOENT): "the kernel knows no such id on the old channel",
+    ("INIT_QP_ATTR", _errno.EINVAL): "INIT_QP_ATTR needs an id bound to an RDMA device, and a QP state 0..6 "
+    "(and, on a connected id, a connection in progress for RTR and RTS)",
+    ("WRITE_CM_EVENT", _errno.EINVAL): "this kernel has no WRITE_CM_EVENT (Linux 6.17 and later have it), "
+    "or the event is not USER",
+    ("RESOLVE_IB_SERVICE", _errno.EINVAL): "this kernel has no RESOLVE_IB_SERVICE (Linux 6.17 and later have it)",
+    ("RESOLVE_IB_SERVICE", _errno.EOPNOTSUPP): "service records need an InfiniBand SA: RoCE and iWARP have none",
+}
+
+
+def hint_for(err: int, command: Optional[str] = None) -> str:
+    """What to do about ``err`` (for ``command``, when it means something particular there)."""
+    if command is not None:
+        hint = _COMMAND_HINTS.get((command, abs(err)))
+        if hint:
+            return hint
     return _HINTS.get(abs(err), "")
 
 
@@ -93,7 +125,7 @@ class _Located(RdmaCmError, OSError):
         self.dst = dst
         self.netdev = netdev
         self.device = device
-        self.hint = hint_for(err) if hint is None else hint
+        self.hint = hint_for(err, command) if hint is None else hint
         ctx = []
         if src is not None:
             ctx.append("src %s" % (src,))
@@ -137,7 +169,16 @@ class EventError(_Located):
         status = getattr(event, "status", 0) or 0
         name = getattr(getattr(event, "event", None), "name", str(getattr(event, "event", "?")))
         err = -status if status < 0 else status
-        super().__init__(err or _errno.EIO, "%s (status %d)" % (name, status), command=command, **kw)
+        what = "%s (status %d)" % (name, status)
+        explain = getattr(event, "explain", None)
+        if status > 0 and explain is not None:  # a reject reason or a SIDR status, not an errno
+            reason = getattr(event, "status_name", "")
+            what = "%s (reason %d %s)" % (name, status, reason) if reason else what
+            kw.setdefault("hint", explain())
+            err = _errno.ECONNREFUSED
+        elif explain is not None and "hint" not in kw:
+            kw["hint"] = explain() or None
+        super().__init__(err or _errno.EIO, what, command=command, **kw)
 
 
 class PrecheckError(_Located):

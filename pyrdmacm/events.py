@@ -17,59 +17,69 @@ IB CM reject reason: it is decoded as a signed 32-bit number.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import struct
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, NamedTuple, Optional, Tuple, Union
 
 from . import abi
 from ._codec import CODECS
 from .errors import errno_name
+from .records import ConnParam, UdParam
 from .state import FAILURE_EVENTS
+from .wire import decode_conn, decode_ud
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .cmid import CmId
+    from .cmid import CmId, Membership
 
-__all__ = ["Event", "ConnParam", "UdParam", "decode_event_head", "EVENT_RESP_SIZE"]
+__all__ = ["Event", "ConnParam", "UdParam", "decode_event_head", "EVENT_RESP_SIZE", "REJECT_HINTS", "SIDR_HINTS"]
 
 _EVENT = CODECS["rdma_ucm_event_resp"]
 EVENT_RESP_SIZE = _EVENT.size
-_CONN = CODECS["rdma_ucm_conn_param"]
-_UD = CODECS["rdma_ucm_ud_param"]
 _ARG32 = struct.Struct("<II")
 
 _FAILURES = FAILURE_EVENTS
+_REJECTED = abi.CmEventType.REJECTED
+_UNREACHABLE = abi.CmEventType.UNREACHABLE
+_MC_EVENTS = (abi.CmEventType.MULTICAST_JOIN, abi.CmEventType.MULTICAST_ERROR)
 
-
-@dataclass(frozen=True)
-class ConnParam:
-    """The ``conn`` arm: connection parameters and private data of the peer."""
-
-    qp_num: int
-    qkey: int
-    private_data: bytes
-    srq: int
-    responder_resources: int
-    initiator_depth: int
-    flow_control: int
-    retry_count: int
-    rnr_retry_count: int
-    valid: int
-
-
-@dataclass(frozen=True)
-class UdParam:
-    """The ``ud`` arm: the remote QP and the address handle to reach it."""
-
-    qp_num: int
-    qkey: int
-    dgid: ipaddress.IPv6Address
-    dlid: int
-    sl: int
-    port_num: int
-    is_global: int
-    private_data: bytes
+#: What a REJECTED reason means, and what to do.
+REJECT_HINTS: Dict[int, str] = {
+    abi.RejectReason.TIMEOUT: "the peer destroyed its id while its connection request was outstanding",
+    abi.RejectReason.INVALID_SERVICE_ID: "nothing listens on that port in this port space on the peer "
+    "(start the listener first, or check the port and the port space)",
+    abi.RejectReason.STALE_CONN: "the peer still holds a connection from this CA with the same QP number "
+    "(live or in timewait): use another QP number, or retry after the peer's timewait",
+    abi.RejectReason.CONSUMER_DEFINED: "the peer rejected: its application did (its private data, if any, "
+    "says why), or it destroyed the request unanswered, or its rdma_cm refused it (a listener bound to "
+    "another address, a bad accept); rejects the kernel makes carry no private data",
+    abi.RejectReason.VENDOR_OPTION_NOT_SUPPORTED: "the peer refused the ECE options offered",
+    abi.RejectReason.INVALID_RNR_RETRY: "the peer refused the RNR retry count",
+    abi.RejectReason.NO_RESOURCES: "the peer is out of resources",
+}
+#: What a SIDR status (UNREACHABLE on a datagram id) means.
+SIDR_HINTS: Dict[int, str] = {
+    abi.SidrStatus.UNSUPPORTED: "nothing listens on that port in this port space on the peer",
+    abi.SidrStatus.REJECT: "the peer rejected the request (its private data, if any, says why)",
+    abi.SidrStatus.NO_QP: "the peer has no QP for the request",
+    abi.SidrStatus.REDIRECT: "the peer redirects the request elsewhere",
+    abi.SidrStatus.UNSUPPORTED_VERSION: "the peer does not speak this SIDR version",
+}
+#: What a failure event with a negative errno means.
+ERRNO_HINTS: Dict[Tuple[int, int], str] = {
+    (abi.CmEventType.UNREACHABLE, -110): "the peer never answered (no REP for the REQ, or no RTU for the "
+    "REP): is the peer up and reachable, and is its CM alive?",
+    (abi.CmEventType.DISCONNECTED, -110): "the peer never answered the disconnect request (no DREP)",
+    (abi.CmEventType.ADDR_ERROR, -110): "nobody answered ARP/ND for the destination",
+    (abi.CmEventType.ROUTE_ERROR, -110): "the route query timed out",
+}
+#: What to do after the other events.
+EVENT_HINTS: Dict[int, str] = {
+    abi.CmEventType.DEVICE_REMOVAL: "the RDMA device went away: destroy the id",
+    abi.CmEventType.ADDR_CHANGE: "the id's address moved to another device or port: reconnect",
+    abi.CmEventType.CONNECT_ERROR: "the connection could not be completed: destroy the id",
+    abi.CmEventType.CONNECT_RESPONSE: "the peer accepted: establish() sends the RTU",
+    abi.CmEventType.DISCONNECTED: "the connection is down: destroy the id",
+}
 
 
 class Event(NamedTuple):
@@ -86,6 +96,8 @@ class Event(NamedTuple):
     raw_param: bytes
     ece: Tuple[int, int]
     listen_id: "Optional[CmId]" = None
+    #: MULTICAST_JOIN / MULTICAST_ERROR: the membership (``join_multicast``'s answer) it is for
+    membership: "Optional[Membership]" = None
 
     @property
     def ok(self) -> bool:
@@ -94,23 +106,60 @@ class Event(NamedTuple):
 
     @property
     def status_name(self) -> str:
-        """``'ETIMEDOUT'`` for -110; ``''`` for 0; the reject reason's name for REJECTED."""
-        if not self.status:
+        """``'ETIMEDOUT'`` for -110; ``''`` for 0; the IB CM reject reason's name for REJECTED
+        (``'INVALID_SERVICE_ID'`` for 8); the SIDR status's name for UNREACHABLE of a datagram id."""
+        status = self.status
+        if not status:
             return ""
-        if self.event == abi.CmEventType.REJECTED and self.status > 0:
-            return abi.RejectReason.name_of(self.status)
-        return errno_name(self.status)
+        if status > 0:
+            if self.event is _REJECTED:
+                return abi.RejectReason.name_of(status)
+            if self.event is _UNREACHABLE and self._datagram():
+                return abi.SidrStatus.name_of(status)
+        return errno_name(status)
+
+    def _datagram(self) -> bool:
+        return getattr(self.id, "qp_type", abi.QpType.RC) == abi.QpType.UD
+
+    @property
+    def reason(self) -> Optional[int]:
+        """REJECTED: the IB CM reject reason (a :class:`~pyrdmacm.abi.RejectReason` when known);
+        UNREACHABLE of a datagram id with a SIDR status: that status
+        (:class:`~pyrdmacm.abi.SidrStatus`); None otherwise."""
+        status = self.status
+        if status <= 0:
+            return None
+        if self.event is _REJECTED:
+            enum_cls: Any = abi.RejectReason
+        elif self.event is _UNREACHABLE and self._datagram():
+            enum_cls = abi.SidrStatus
+        else:
+            return None
+        try:
+            return enum_cls(status)  # type: ignore[no-any-return]
+        except ValueError:
+            return status
+
+    def explain(self) -> str:
+        """What the event means and what to do, in a sentence ('' when there is nothing to say)."""
+        ev, status = self.event, self.status
+        if status > 0 and ev is _REJECTED:
+            return REJECT_HINTS.get(status, "the peer's CM rejected the connection (IB CM reason %d)" % status)
+        if status > 0 and ev is _UNREACHABLE and self._datagram():
+            return SIDR_HINTS.get(status, "the peer answered the SIDR request with status %d" % status)
+        return ERRNO_HINTS.get((ev, status)) or EVENT_HINTS.get(ev, "")
 
     @property
     def param(self) -> Union[ConnParam, UdParam, Tuple[int, int], None]:
-        """The parameter arm that applies to this id and event (decoded now)."""
+        """The parameter arm that applies to this id and event (decoded now): ``conn`` for
+        connected ids, ``ud`` for datagram ids and multicast events, ``arg32`` for USER and
+        INTERNAL events."""
         ev = self.event
         if ev in (abi.CmEventType.USER, abi.CmEventType.INTERNAL):
             return _ARG32.unpack_from(self.raw_param)
-        qp_type = getattr(self.id, "qp_type", abi.QpType.RC)
-        if qp_type == abi.QpType.UD:
+        if ev in _MC_EVENTS or self._datagram():
             return decode_ud(self.raw_param)
-        return decode_conn(self.raw_param)
+        return decode_conn(self.raw_param, self.ece)
 
     @property
     def private_data(self) -> bytes:
@@ -142,32 +191,6 @@ class Event(NamedTuple):
         if self.status:
             s += ", status=%d %s" % (self.status, self.status_name)
         return s + ", id=%r)" % (self.id,)
-
-
-def decode_conn(raw: bytes) -> ConnParam:
-    v = _CONN.unpack_from(raw)
-    # names: qp_num qkey private_data private_data_len srq responder_resources ...
-    n = min(v[3], abi.RDMA_MAX_PRIVATE_DATA)
-    return ConnParam(v[0], v[1], v[2][:n], v[4], v[5], v[6], v[7], v[8], v[9], v[10])
-
-
-_UD_IDX = {name: i for i, name in enumerate(_UD.names)}
-
-
-def decode_ud(raw: bytes) -> UdParam:
-    v = _UD.unpack_from(raw)
-    i = _UD_IDX
-    n = min(v[i["private_data_len"]], abi.RDMA_MAX_PRIVATE_DATA)
-    return UdParam(
-        v[i["qp_num"]],
-        v[i["qkey"]],
-        ipaddress.IPv6Address(v[i["ah_attr.grh.dgid"]]),
-        v[i["ah_attr.dlid"]],
-        v[i["ah_attr.sl"]],
-        v[i["ah_attr.port_num"]],
-        v[i["ah_attr.is_global"]],
-        v[i["private_data"]][:n],
-    )
 
 
 _TYPES = {int(t): t for t in abi.CmEventType}

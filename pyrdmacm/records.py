@@ -1,19 +1,25 @@
-"""What the kernel's query replies say, as frozen objects: device, address, path.
+"""What the kernel's replies and events say, and what a connection sends, as frozen objects.
 
-These are the public results of :meth:`~pyrdmacm.CmId.query_addr` and
-:meth:`~pyrdmacm.CmId.query_path`; :mod:`pyrdmacm.wire` makes them from the
-reply bytes, and nothing here does I/O.
+Device, address and path (:meth:`~pyrdmacm.CmId.query_addr`,
+:meth:`~pyrdmacm.CmId.query_path`); the connection parameters (:class:`ConnParam`:
+what CONNECT and ACCEPT send, and what CONNECT_REQUEST, CONNECT_RESPONSE and
+ESTABLISHED carry of the peer's); the datagram parameters of an ESTABLISHED or
+MULTICAST_JOIN event of a UD id (:class:`UdParam`, with its :class:`AhAttr`); the QP
+attributes INIT_QP_ATTR answers (:class:`QpAttr`).  :mod:`pyrdmacm.wire` makes them
+from the bytes and encodes :class:`ConnParam`; nothing here does I/O.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Optional, Tuple, Union
 
+from .abi import QpAttrMask
 from .addr import Address
 
-__all__ = ["DeviceRef", "AddrInfo", "PathRecord", "MTU_BYTES", "mtu_bytes"]
+__all__ = ["DeviceRef", "AddrInfo", "PathRecord", "ConnParam", "AhAttr", "UdParam", "QpAttr", "MTU_BYTES",
+           "mtu_bytes"]
 
 #: IBTA's MTU code (``enum ib_mtu``) -> bytes
 MTU_BYTES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
@@ -85,3 +91,155 @@ class PathRecord:
     def mtu_bytes(self) -> Union[int, None]:
         """The path MTU in bytes (1024 for code 3); None for a code IBTA does not define."""
         return mtu_bytes(self.mtu)
+
+
+@dataclass(frozen=True)
+class ConnParam:
+    """Connection parameters (``struct rdma_conn_param``).
+
+    Given to :meth:`~pyrdmacm.CmId.connect` and :meth:`~pyrdmacm.CmId.accept` (a
+    ``ConnParam``, or its fields as keyword arguments), and decoded from the peer's REQ
+    or REP on CONNECT_REQUEST, CONNECT_RESPONSE and ESTABLISHED (``event.param``).
+
+    ``qp_num`` is the QP the connection is for.  pyrdmacm has no QP: the kernel carries
+    the number to the peer as given (24 bits), and the peer's data goes there.  ``None``
+    (the default) takes a number from :func:`pyrdmacm.cmid.allocate_qp_num`, unique in the
+    process; give your own QP's number when you have one.  ``retry_count`` is the one the
+    peer's QP uses for its sends to us (Soft-RoCE retries for ever at 7).  ``ece`` is the
+    (vendor_id, attr_mod) pair of Enhanced Connection Establishment (5.8+).
+
+    On a received event, ``private_data`` is what the message carried: the kernel gives
+    the whole field of the message (56 bytes in a REQ of an IP id, 196 in a REP ...), the
+    sender's data padded with zeros, because the IB CM does not send the length.
+    """
+
+    qp_num: Optional[int] = None
+    private_data: bytes = b""
+    responder_resources: int = 0
+    initiator_depth: int = 0
+    flow_control: int = 0
+    retry_count: int = 7
+    rnr_retry_count: int = 7
+    srq: int = 0
+    qkey: int = 0
+    ece: Tuple[int, int] = (0, 0)
+
+
+@dataclass(frozen=True)
+class AhAttr:
+    """An address handle's attributes (``struct ib_uverbs_ah_attr``): how to reach the peer."""
+
+    dgid: ipaddress.IPv6Address
+    flow_label: int
+    sgid_index: int
+    hop_limit: int
+    traffic_class: int
+    dlid: int
+    sl: int
+    src_path_bits: int
+    static_rate: int
+    is_global: int
+    port_num: int
+
+
+@dataclass(frozen=True)
+class UdParam:
+    """The ``ud`` arm of an event of a datagram id: the remote QP and how to reach it.
+
+    ESTABLISHED after a SIDR exchange: the peer's QP number and qkey; MULTICAST_JOIN: the
+    group (``qp_num`` 0xFFFFFF, the group's qkey; the address handle's ``dgid`` is the
+    multicast GID).
+    """
+
+    qp_num: int
+    qkey: int
+    ah: AhAttr
+    private_data: bytes
+
+    @property
+    def dgid(self) -> ipaddress.IPv6Address:
+        return self.ah.dgid
+
+    @property
+    def dlid(self) -> int:
+        return self.ah.dlid
+
+    @property
+    def sl(self) -> int:
+        return self.ah.sl
+
+    @property
+    def port_num(self) -> int:
+        return self.ah.port_num
+
+    @property
+    def is_global(self) -> int:
+        return self.ah.is_global
+
+
+@dataclass(frozen=True)
+class QpAttr:
+    """INIT_QP_ATTR's answer (``struct ib_uverbs_qp_attr``): what a QP moving to
+    ``qp_state`` would be programmed with.  ``mask`` says which fields are set
+    (:class:`~pyrdmacm.abi.QpAttrMask`; the others are zero); :meth:`fields` gives those."""
+
+    mask: QpAttrMask
+    qp_state: int
+    cur_qp_state: int
+    path_mtu: int
+    path_mig_state: int
+    qkey: int
+    rq_psn: int
+    sq_psn: int
+    dest_qp_num: int
+    qp_access_flags: int
+    ah_attr: AhAttr
+    alt_ah_attr: AhAttr
+    pkey_index: int
+    alt_pkey_index: int
+    en_sqd_async_notify: int
+    sq_draining: int
+    max_rd_atomic: int
+    max_dest_rd_atomic: int
+    min_rnr_timer: int
+    port_num: int
+    timeout: int
+    retry_cnt: int
+    rnr_retry: int
+    alt_port_num: int
+    alt_timeout: int
+
+    def fields(self) -> "dict[str, object]":
+        """The attributes ``mask`` says are set, by name (``{"qp_state": 2, "dest_qp_num": ...}``)."""
+        out: "dict[str, object]" = {}
+        for bit, names in _MASK_FIELDS:
+            if self.mask & bit:
+                for name in names:
+                    out[name] = getattr(self, name)
+        return out
+
+
+_M = QpAttrMask
+#: which QpAttr fields each mask bit covers
+_MASK_FIELDS = (
+    (_M.STATE, ("qp_state",)),
+    (_M.CUR_STATE, ("cur_qp_state",)),
+    (_M.EN_SQD_ASYNC_NOTIFY, ("en_sqd_async_notify",)),
+    (_M.ACCESS_FLAGS, ("qp_access_flags",)),
+    (_M.PKEY_INDEX, ("pkey_index",)),
+    (_M.PORT, ("port_num",)),
+    (_M.QKEY, ("qkey",)),
+    (_M.AV, ("ah_attr",)),
+    (_M.PATH_MTU, ("path_mtu",)),
+    (_M.TIMEOUT, ("timeout",)),
+    (_M.RETRY_CNT, ("retry_cnt",)),
+    (_M.RNR_RETRY, ("rnr_retry",)),
+    (_M.RQ_PSN, ("rq_psn",)),
+    (_M.MAX_QP_RD_ATOMIC, ("max_rd_atomic",)),
+    (_M.ALT_PATH, ("alt_ah_attr", "alt_pkey_index", "alt_port_num", "alt_timeout")),
+    (_M.MIN_RNR_TIMER, ("min_rnr_timer",)),
+    (_M.SQ_PSN, ("sq_psn",)),
+    (_M.MAX_DEST_RD_ATOMIC, ("max_dest_rd_atomic",)),
+    (_M.PATH_MIG_STATE, ("path_mig_state",)),
+    (_M.DEST_QPN, ("dest_qp_num",)),
+)

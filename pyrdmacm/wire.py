@@ -21,6 +21,7 @@ pyroute2, is built and read here too (:func:`chardev_request`,
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import struct
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
@@ -28,7 +29,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 from . import abi
 from ._codec import CODECS, Codec, _format_items
 from .addr import Address, unpack_sockaddr
-from .records import PathRecord
+from .records import AhAttr, ConnParam, PathRecord, QpAttr, UdParam
 
 __all__ = [
     "Command",
@@ -42,6 +43,11 @@ __all__ = [
     "route_reply",
     "path_records",
     "decode_path_record",
+    "decode_conn",
+    "decode_ud",
+    "decode_qp_attr",
+    "conn_fields",
+    "encode_path_record",
     "addr_reply_prefill",
     "route_reply_prefill",
     "NO_INDEX",
@@ -321,3 +327,89 @@ def parse_chardev_reply(data: bytes) -> Optional[Tuple[Tuple[int, int], str, int
     except (KeyError, struct.error, UnicodeDecodeError):
         return None
     return decode_huge_dev(dev), name, version
+
+
+# --------------------------------------------------------------------------- connections
+
+_CONN = CODECS["rdma_ucm_conn_param"]
+_UD = CODECS["rdma_ucm_ud_param"]
+_QP_ATTR = CODECS["ib_uverbs_qp_attr"]
+_AH_FIELDS = ("grh.dgid", "grh.flow_label", "grh.sgid_index", "grh.hop_limit", "grh.traffic_class", "dlid", "sl",
+              "src_path_bits", "static_rate", "is_global", "port_num")
+
+
+def _ah_reader(codec: Codec, prefix: str) -> Callable[[Tuple[Any, ...]], AhAttr]:
+    """A reader of the AhAttr at ``prefix`` in ``codec``'s unpacked values."""
+    idx = [codec.index(prefix + "." + f) for f in _AH_FIELDS]
+
+    def read(v: Tuple[Any, ...]) -> AhAttr:
+        f = [v[i] for i in idx]
+        f[0] = ipaddress.IPv6Address(f[0])
+        return AhAttr(*f)
+
+    return read
+
+
+_CONN_I = {n: i for i, n in enumerate(_CONN.names)}
+_CONN_FIELDS = ("qp_num", "private_data", "responder_resources", "initiator_depth", "flow_control", "retry_count",
+                "rnr_retry_count", "srq", "qkey")
+
+
+def decode_conn(raw: bytes, ece: Tuple[int, int] = (0, 0)) -> ConnParam:
+    """The ``conn`` arm of an event (the peer's REQ or REP), with the event's ECE."""
+    v = _CONN.unpack_from(raw)
+    i = _CONN_I
+    n = min(v[i["private_data_len"]], abi.RDMA_MAX_PRIVATE_DATA)
+    kw: Dict[str, Any] = {f: v[i[f]] for f in _CONN_FIELDS}
+    kw["private_data"] = kw["private_data"][:n]
+    return ConnParam(ece=ece, **kw)
+
+
+_UD_AH = _ah_reader(_UD, "ah_attr")
+_UD_QPN, _UD_QKEY = _UD.index("qp_num"), _UD.index("qkey")
+_UD_PD, _UD_PD_LEN = _UD.index("private_data"), _UD.index("private_data_len")
+
+
+def decode_ud(raw: bytes) -> UdParam:
+    """The ``ud`` arm of an event: remote QP, qkey, address handle, private data."""
+    v = _UD.unpack_from(raw)
+    n = min(v[_UD_PD_LEN], abi.RDMA_MAX_PRIVATE_DATA)
+    return UdParam(v[_UD_QPN], v[_UD_QKEY], _UD_AH(v), v[_UD_PD][:n])
+
+
+_QP_AH = _ah_reader(_QP_ATTR, "ah_attr")
+_QP_ALT_AH = _ah_reader(_QP_ATTR, "alt_ah_attr")
+_QP_PLAIN = [(f.name, _QP_ATTR.index(f.name)) for f in dataclasses.fields(QpAttr)
+             if f.name not in ("mask", "ah_attr", "alt_ah_attr")]
+_QP_MASK = _QP_ATTR.index("qp_attr_mask")
+
+
+def decode_qp_attr(buf: Any) -> QpAttr:
+    """INIT_QP_ATTR's reply (``ib_uverbs_qp_attr``)."""
+    v = _QP_ATTR.unpack_from(buf)
+    kw: Dict[str, Any] = {name: v[i] for name, i in _QP_PLAIN}
+    return QpAttr(mask=abi.QpAttrMask(v[_QP_MASK]), ah_attr=_QP_AH(v), alt_ah_attr=_QP_ALT_AH(v), **kw)
+
+
+def conn_fields(p: ConnParam, qp_num: int, valid: int = 1) -> Tuple[Any, ...]:
+    """``rdma_ucm_conn_param``'s fields in declaration order, from a checked ConnParam and the
+    QP number to send (CONNECT and ACCEPT carry them the same way)."""
+    data = p.private_data
+    return (qp_num, p.qkey, data, len(data), p.srq, p.responder_resources, p.initiator_depth, p.flow_control,
+            p.retry_count, p.rnr_retry_count, valid)
+
+
+assert _CONN.names == ("qp_num", "qkey", "private_data", "private_data_len", "srq", "responder_resources",
+                       "initiator_depth", "flow_control", "retry_count", "rnr_retry_count", "valid")
+
+
+def encode_path_record(p: PathRecord) -> bytes:
+    """``ib_path_rec_data`` of a PathRecord (its flags and the IBTA record): what SET_OPTION
+    IB_PATH takes; :func:`decode_path_record` read back gives the same record (QoS class 0)."""
+    rec = _SA_PATH.pack(
+        p.service_id, p.dgid.packed, p.sgid.packed, p.dlid, p.slid,
+        (p.raw_traffic << 31) | (p.flow_label << 8) | p.hop_limit, p.traffic_class,
+        (p.reversible << 7) | p.numb_path, p.pkey, p.sl,
+        (p.mtu_selector << 6) | p.mtu, (p.rate_selector << 6) | p.rate,
+        (p.packet_life_time_selector << 6) | p.packet_life_time, p.preference, bytes(6))
+    return _PATH_DATA.pack(p.flags, 0, rec)

@@ -13,7 +13,7 @@ from typing import Any, Optional, Tuple
 
 import pytest
 
-from pyrdmacm import CmId, EventChannel, KernelError, PortSpace, State, StateError, _hot, wire
+from pyrdmacm import CmId, EventChannel, KernelError, PortSpace, State, StateError, UsageError, _hot, wire
 from pyrdmacm._codec import CODECS
 from pyrdmacm.abi import CmEventType as E
 from pyrdmacm.events import ConnParam, UdParam
@@ -123,6 +123,12 @@ def notify(ch: EventChannel, cm: CmId, event: int) -> None:
     ch.submit(NOTIFY.encode(cm.handle, event), "NOTIFY")
 
 
+def raw_connect(ch: EventChannel, cm: CmId, qp_num: int, private_data: bytes) -> None:
+    """CONNECT written as bytes, past the library's checks."""
+    ch.submit(CONNECT.encode(qp_num, 0, private_data, len(private_data), 0, 0, 0, 0, 7, 7, 1, cm.handle, 0, 0, 0),
+              "CONNECT")
+
+
 def raw_disconnect(ch: EventChannel, cm: CmId) -> None:
     ch.submit(DISCONNECT.encode(cm.handle), "DISCONNECT")
 
@@ -169,7 +175,8 @@ def test_rc_handshake_carries_private_data_and_parameters_both_ways(hosts, direc
         p = ev.param
         assert isinstance(p, ConnParam)
         assert p.private_data == req_pd + bytes(56 - len(req_pd)) and len(p.private_data) == 56
-        assert (p.qp_num, p.retry_count, p.rnr_retry_count, p.flow_control, p.srq, p.valid) == (0x123456, 5, 6, 1, 0, 0)
+        assert (p.qp_num, p.retry_count, p.rnr_retry_count, p.flow_control, p.srq) == (0x123456, 5, 6, 1, 0)
+        assert p.ece == (0x00ABCD, 0x1234)
         # the IB CM hands the REQ over from the receiver's side: the sender's initiator depth is
         # the receiver's responder resources, and the other way round (cm_format_req_event)
         assert (p.responder_resources, p.initiator_depth) == (2, 3)
@@ -281,7 +288,9 @@ def test_connect_with_57_bytes_is_einval_and_the_id_may_connect_again(channels):
     ca, cb = channels
     listener(cb)
     c = routed(ca)
-    refused(errno.EINVAL, c.connect, 0x100001, bytes(57))
+    with pytest.raises(UsageError, match="at most 56"):  # the library knows the limit
+        c.connect(0x100001, bytes(57))
+    refused(errno.EINVAL, raw_connect, ca, c, 0x100001, bytes(57))  # and so does the kernel
     assert c.state is State.ROUTE_RESOLVED
     nothing(ca, cb)
     c.connect(0x100001, bytes(56))
@@ -408,6 +417,7 @@ def test_connect_needs_route_resolved_valid_and_happens_once(channels):
 @pytest.mark.parametrize("first", ["active", "passive"])
 def test_disconnect_drep_and_timewait_on_both_sides(fabric, channels, first):
     ca, cb = channels
+    ca.answer_disconnect = cb.answer_disconnect = False  # the DREP written by hand below
     c, s = connected(ca, cb)
     (one, ch1), (other, ch2) = ((c, ca), (s, cb)) if first == "active" else ((s, cb), (c, ca))
     one.disconnect()  # the DREQ
@@ -429,6 +439,7 @@ def test_a_dreq_nobody_answers_times_out(channels):
     """The passive side never writes its DREP: the DREQ is retried until DREQ_ERROR,
     DISCONNECTED with -ETIMEDOUT (cm_timeout_ms here, a minute on a real kernel)."""
     ca, cb = channels
+    cb.answer_disconnect = False
     c, s = connected(ca, cb)
     c.disconnect()
     expect(cb, E.DISCONNECTED, 0)
@@ -562,6 +573,7 @@ def test_a_second_connection_with_the_same_qp_num_is_stale(fabric, hosts):
     (cm_match_req).  The pair leaves the table when that connection enters timewait."""
     a, b = hosts
     ca1, ca2, cb = EventChannel(a()), EventChannel(a()), EventChannel(b())
+    ca1.answer_disconnect = False  # its DREP is written below
     with ca1, ca2, cb:
         lst = listener(cb)
         c1, s1 = connected(ca1, cb, 0x100001, 0x200001, lst=lst)
@@ -616,7 +628,9 @@ def test_ud_accept_gives_established_with_the_address_handle(hosts, channels):
     lst = listener(cb, ps=PortSpace.UDP)
     c = routed(ca, ps=PortSpace.UDP)
     req_pd = bytes(range(180))  # the most a SIDR REQ of an IP id carries
-    refused(errno.EINVAL, c.connect, 0x100001, req_pd + b"x")
+    with pytest.raises(UsageError, match="at most 180"):
+        c.connect(0x100001, req_pd + b"x")
+    refused(errno.EINVAL, raw_connect, ca, c, 0x100001, req_pd + b"x")
     c.connect(0x100001, req_pd[:10])
     ev = expect(cb, E.CONNECT_REQUEST)
     assert ev.listen_id is lst and ev.id.uid == 0
@@ -761,6 +775,6 @@ def test_the_single_host_fake_is_unchanged():
         expect(ch, E.ADDR_RESOLVED)
         c.resolve_route(1000)
         expect(ch, E.ROUTE_RESOLVED)
-        c.connect(1)
+        c.connect(0x100001)
         expect(ch, E.REJECTED, 28)
         refused(errno.ENOSYS, accept, ch, c, 1)

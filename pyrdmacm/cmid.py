@@ -546,7 +546,7 @@ class CmId:
             if code not in abi.REJECT_REASONS:
                 raise UsageError("reason %r: the kernel takes only 28 (CONSUMER_DEFINED) and 35 "
                                  "(VENDOR_OPTION_NOT_SUPPORTED); leave it out for 28" % (reason,))
-        self._call(Call.REJECT, _CMD["REJECT"].encode(self.handle, len(data), code, 0, data), "REJECT",
+        self._call(Call.REJECT, _CMD["REJECT"].encode(self.handle, len(data), code, b"", data), "REJECT",
                    dst=self._peer())
 
     def notify(self, event: int = abi.NotifyEvent.COMM_EST) -> bool:
@@ -598,11 +598,11 @@ class CmId:
             flags = abi.McJoinFlag.SENDONLY_FULLMEMBER if send_only else abi.McJoinFlag.FULLMEMBER
             data = _CMD["JOIN_MCAST"].encode(reply.address, m.uid, self.handle, a.size, int(flags), a.pack_storage())
             command = "JOIN_MCAST"
-        ch._ids[m.uid] = m  # type: ignore[assignment]  # before the write: its event may come at once
+        ch._mcs[m.uid] = m  # before the write: its event may come at once
         try:
             self._call(Call.JOIN_MULTICAST, data, command, dst=a)
         except BaseException:
-            ch._ids.pop(m.uid, None)
+            ch._mcs.pop(m.uid, None)
             raise
         m.handle = reply.u32[0]
         self._memberships()[m.uid] = m
@@ -637,7 +637,7 @@ class CmId:
         :class:`~pyrdmacm.records.PathRecord` or raw ``ib_path_rec_data`` bytes, after
         ADDR_RESOLVED instead of resolve_route: the kernel queues ROUTE_RESOLVED).  The
         state rules are checked before the syscall."""
-        spec = _OPTIONS.get(option if isinstance(option, (abi.OptionId, abi.OptionIb)) else None)
+        spec = _OPTIONS.get((type(option), option)) if isinstance(option, (abi.OptionId, abi.OptionIb)) else None
         if spec is None:
             raise UsageError("unknown option %r: use OptionId.TOS, REUSEADDR, AFONLY, ACK_TIMEOUT or OptionIb.PATH"
                              % (option,))
@@ -693,20 +693,26 @@ class CmId:
             raise UsageError("the id is on that channel already")
         self._transition(Call.MIGRATE)
         channel._check()
-        moving: List[Any] = [self] if self.uid else []
-        moving += self.memberships
-        for obj in moving:  # registered on the new channel first: its events may arrive there at once
-            channel._ids[obj.uid] = obj
+        mcs = self.memberships
+        # registered on the new channel first: its events may arrive there at once
+        if self.uid:
+            channel._ids[self.uid] = self
+        for m in mcs:
+            channel._mcs[m.uid] = m
         reply = ReplyBuffer(_CMD["MIGRATE_ID"].out)
         try:
             channel.submit(_CMD["MIGRATE_ID"].encode(reply.address, self.handle, old.fileno()), "MIGRATE_ID",
                            dst=self._peer())
         except BaseException:
-            for obj in moving:
-                channel._ids.pop(obj.uid, None)
+            if self.uid:
+                channel._ids.pop(self.uid, None)
+            for m in mcs:
+                channel._mcs.pop(m.uid, None)
             raise
-        for obj in moving:
-            old._ids.pop(obj.uid, None)
+        if self.uid:
+            old._ids.pop(self.uid, None)
+        for m in mcs:
+            old._mcs.pop(m.uid, None)
         self.channel = channel
         reported: int = reply.u32[0]
         return reported
@@ -932,12 +938,13 @@ def _opt_paths(v: Any) -> bytes:
 
 
 #: option -> (the state machine's call, the level, the value's encoder)
-_OPTIONS: Dict[Any, Tuple[Call, abi.OptionLevel, Callable[[Any], bytes]]] = {
-    abi.OptionId.TOS: (Call.SET_TOS, abi.OptionLevel.ID, _opt_u8("TOS", 0xFF)),
-    abi.OptionId.REUSEADDR: (Call.SET_REUSEADDR, abi.OptionLevel.ID, _opt_bool("REUSEADDR")),
-    abi.OptionId.AFONLY: (Call.SET_AFONLY, abi.OptionLevel.ID, _opt_bool("AFONLY")),
-    abi.OptionId.ACK_TIMEOUT: (Call.SET_ACK_TIMEOUT, abi.OptionLevel.ID, _opt_u8("ACK_TIMEOUT", 31)),
-    abi.OptionIb.PATH: (Call.SET_IB_PATH, abi.OptionLevel.IB, _opt_paths),
+#: (keyed by the enum and the member: OptionIb.PATH and OptionId.REUSEADDR are both 1)
+_OPTIONS: Dict[Tuple[type, Any], Tuple[Call, abi.OptionLevel, Callable[[Any], bytes]]] = {
+    (abi.OptionId, abi.OptionId.TOS): (Call.SET_TOS, abi.OptionLevel.ID, _opt_u8("TOS", 0xFF)),
+    (abi.OptionId, abi.OptionId.REUSEADDR): (Call.SET_REUSEADDR, abi.OptionLevel.ID, _opt_bool("REUSEADDR")),
+    (abi.OptionId, abi.OptionId.AFONLY): (Call.SET_AFONLY, abi.OptionLevel.ID, _opt_bool("AFONLY")),
+    (abi.OptionId, abi.OptionId.ACK_TIMEOUT): (Call.SET_ACK_TIMEOUT, abi.OptionLevel.ID, _opt_u8("ACK_TIMEOUT", 31)),
+    (abi.OptionIb, abi.OptionIb.PATH): (Call.SET_IB_PATH, abi.OptionLevel.IB, _opt_paths),
 }
 
 _CONN_FIELDS = tuple(f.name for f in dataclasses.fields(ConnParam))
@@ -976,7 +983,7 @@ class Membership:
         reply = ReplyBuffer(_CMD["LEAVE_MCAST"].out)
         ch.submit(_CMD["LEAVE_MCAST"].encode(reply.address, self.handle, 0), "LEAVE_MCAST", dst=self.addr)
         cm._mcs.pop(self.uid, None)
-        ch._ids.pop(self.uid, None)
+        ch._mcs.pop(self.uid, None)
         reported: int = reply.u32[0]
         return reported
 

@@ -197,6 +197,10 @@ class FabricKernel(FakeKernel):
         #: the ids a user bound (their ports are taken in the host's port table)
         self._bound: Set[int] = set()
 
+    def reopen(self) -> "FabricKernel":
+        """Another fd on the same host."""
+        return self.host()
+
     # -- what tests may ask
     @property
     def cm_states(self) -> Dict[int, str]:

@@ -317,6 +317,10 @@ class FakeKernel:
         return -1  # commands go through write(): this fake decodes them
 
     # -- the device's operations
+    def reopen(self) -> "FakeKernel":
+        """Another fd on the same (fake) device: a sync id's private channel, MIGRATE_ID's target."""
+        return type(self)(self.net, max_cmd=self.max_cmd)
+
     def fileno(self) -> int:
         if self.closed:
             from ..errors import UsageError

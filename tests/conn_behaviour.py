@@ -1,0 +1,451 @@
+"""The connection manager's behavioural suite, run twice: on the two-host fake fabric
+(tests/test_conn_fake.py) and against the real rdma_cm in the kernel lab, both ends on
+the guest's own address over Soft-RoCE (tests/kernel/test_conn_kernel.py).  Each tier
+subclasses ``behaviour.suite(conn_behaviour)`` and provides a ``link`` fixture
+(:class:`Link`).  The expectations are the kernel's (cm-notes): where the fake differs,
+the kernel tier says so.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional
+
+import pytest
+
+from pyrdmacm import CmId, EventChannel, PortSpace, State
+from pyrdmacm.abi import CmEventType as E
+from pyrdmacm.abi import NotifyEvent, OptionId, QpAttrMask, QpState, RejectReason, SidrStatus
+from pyrdmacm.errors import EventError, KernelError, StateError, UsageError
+from pyrdmacm.records import ConnParam, UdParam
+
+_ports = itertools.count(20000 + os.getpid() % 1000 * 20)
+
+
+@dataclass
+class Link:
+    server_transport: Callable[[], Any]  # a new rdma_cm device on the passive host
+    client_transport: Callable[[], Any]  # ... on the active host
+    server_ip: str
+    client_ip: str
+    #: the longest a timewait may take here (seconds)
+    timewait: float
+    #: the kernel's version as (major, minor), or None on the fake (which has every command)
+    kernel: Optional[tuple] = None
+
+    def server(self) -> EventChannel:
+        return EventChannel(self.server_transport())
+
+    def client(self) -> EventChannel:
+        return EventChannel(self.client_transport())
+
+    def port(self) -> int:
+        return next(_ports)
+
+
+def wait(ch: EventChannel, event: E, timeout: float = 10.0, status: Optional[int] = 0) -> Any:
+    """The next event of ``ch``: it must be ``event`` (with ``status``, unless None); acked."""
+    ev = ch.get_event(timeout)
+    assert ev is not None, "no %s within %ss" % (event, timeout)
+    assert ev.event is event, "got %r, wanted %s" % (ev, event)
+    if status is not None:
+        assert ev.status == status, "%r: status %d, wanted %d" % (ev, ev.status, status)
+    ev.ack()
+    return ev
+
+
+def quiet(ch: EventChannel, timeout: float = 0.3) -> None:
+    ev = ch.get_event(timeout)
+    assert ev is None, "unexpected %r" % (ev,)
+
+
+def serve(ch: EventChannel, link: Link, ps: PortSpace = PortSpace.TCP) -> tuple:
+    lst = CmId(ch, ps)
+    port = link.port()
+    lst.bind_addr("%s:%d" % (link.server_ip, port))
+    lst.listen()
+    return lst, "%s:%d" % (link.server_ip, port)
+
+
+def routed(ch: EventChannel, dst: str, ps: PortSpace = PortSpace.TCP) -> CmId:
+    cm = CmId(ch, ps)
+    cm.resolve_addr(dst, timeout_ms=2000)
+    wait(ch, E.ADDR_RESOLVED)
+    cm.resolve_route(2000)
+    wait(ch, E.ROUTE_RESOLVED)
+    return cm
+
+
+def handshake(sc: EventChannel, cc: EventChannel, link: Link, **accept: Any) -> tuple:
+    """listen, connect, accept, establish: (listener, server id, client id) CONNECTED both."""
+    lst, dst = serve(sc, link)
+    c = routed(cc, dst)
+    c.connect()
+    req = wait(sc, E.CONNECT_REQUEST).id
+    req.accept(**accept)
+    wait(cc, E.CONNECT_RESPONSE)
+    c.establish()
+    wait(sc, E.ESTABLISHED)
+    return lst, req, c
+
+
+def test_rc_handshake_private_data_both_ways_and_teardown(link: Link):
+    with link.server() as sc, link.client() as cc:
+        lst, dst = serve(sc, link)
+        c = routed(cc, dst)
+        c.connect(ConnParam(private_data=b"hello server", responder_resources=3, initiator_depth=2,
+                            retry_count=5, rnr_retry_count=6))
+        assert c.state is State.CONNECT and 0x100000 <= c.qp_num < 0xFFFFFF
+        ev = wait(sc, E.CONNECT_REQUEST)
+        req = ev.id
+        assert ev.listen_id is lst and req is not lst and req.state is State.REQUEST and req.request is ev
+        p = ev.param
+        assert isinstance(p, ConnParam)
+        assert p.qp_num == c.qp_num
+        assert p.private_data == b"hello server" + bytes(56 - 12)  # padded to the REQ's 56
+        # the IB CM hands each side the other's view: our responder resources are its initiator depth
+        assert (p.responder_resources, p.initiator_depth) == (2, 3)
+        assert (p.retry_count, p.rnr_retry_count) == (5, 6)
+        assert str(req.query_addr().dst.ip) == link.client_ip
+        req.accept(private_data=b"welcome", responder_resources=1, initiator_depth=1)
+        assert req.uid != 0 and req.state is State.CONNECT
+        ev = wait(cc, E.CONNECT_RESPONSE)
+        p = ev.param
+        assert p.qp_num == req.qp_num != c.qp_num
+        assert p.private_data == b"welcome" + bytes(196 - 7)
+        assert c.state is State.RESPONSE
+        c.establish()
+        assert c.state is State.CONNECTED
+        wait(sc, E.ESTABLISHED)
+        assert req.state is State.CONNECTED
+        quiet(cc)  # the active side gets no ESTABLISHED from the kernel
+        c.disconnect()
+        wait(sc, E.DISCONNECTED)  # the channel answers the DREQ itself ...
+        wait(cc, E.DISCONNECTED)  # ... so the DREP comes back at once
+        wait(cc, E.TIMEWAIT_EXIT, link.timewait)
+        wait(sc, E.TIMEWAIT_EXIT, link.timewait)
+        for cm in (c, req, lst):
+            cm.destroy()
+
+
+def test_reject_carries_data_and_the_reason(link: Link):
+    with link.server() as sc, link.client() as cc:
+        lst, dst = serve(sc, link)
+        c = routed(cc, dst)
+        c.connect()
+        req = wait(sc, E.CONNECT_REQUEST).id
+        with pytest.raises(UsageError, match="28 .* 35"):
+            req.reject(b"no", reason=5)  # the kernel takes 28 and 35 only
+        with pytest.raises(UsageError, match="at most 148"):
+            req.reject(bytes(149))
+        req.reject(b"server full, retry later")
+        assert req.state is State.FAILED
+        with pytest.raises(StateError, match="destroy"):
+            req.reject()  # twice: refused before the syscall
+        ev = wait(cc, E.REJECTED, status=28)
+        assert ev.reason is RejectReason.CONSUMER_DEFINED and ev.status_name == "CONSUMER_DEFINED"
+        assert ev.private_data == b"server full, retry later" + bytes(148 - 24)
+        assert "rejected" in ev.explain()
+        assert c.state is State.FAILED
+        with pytest.raises(StateError):
+            c.disconnect()
+        c.destroy()
+        req.destroy()
+        lst.destroy()
+
+
+def test_no_listener_is_rejected_8_at_once(link: Link):
+    with link.client() as cc:
+        c = routed(cc, "%s:%d" % (link.server_ip, link.port()))
+        c.connect(private_data=b"anyone?")
+        ev = wait(cc, E.REJECTED, timeout=5, status=8)
+        assert ev.reason is RejectReason.INVALID_SERVICE_ID and ev.status_name == "INVALID_SERVICE_ID"
+        assert "nothing listens" in ev.explain()
+        c.destroy()
+
+
+def test_sync_mode_connects_and_accepts(link: Link):
+    """CmId(None) ids block until their outcome; a sync listener hands out requests with
+    get_request(), and accept() moves the request to a channel of its own."""
+    port = link.port()
+    got: List[Any] = []
+
+    server = _sync_id(link.server_transport)
+    server.bind_addr("%s:%d" % (link.server_ip, port))
+    server.listen()
+
+    def passive() -> None:
+        req = server.get_request(10)
+        got.append(req)
+        got.append(req.accept(private_data=b"sync accept"))
+
+    t = threading.Thread(target=passive)
+    t.start()
+    try:
+        c = _sync_id(link.client_transport)
+        c.resolve_addr("%s:%d" % (link.server_ip, port), timeout_ms=2000)
+        c.resolve_route(2000)
+        ev = c.connect(private_data=b"sync connect")
+        assert ev.event is E.CONNECT_RESPONSE and c.state is State.CONNECTED
+        assert ev.private_data.startswith(b"sync accept")
+    finally:
+        t.join(15)
+    req, est = got
+    assert est.event is E.ESTABLISHED and req.state is State.CONNECTED
+    assert req.channel is not server.channel  # its own channel now
+    assert req.request.private_data.startswith(b"sync connect")
+    c.disconnect()
+    for cm in (c, req, server):
+        cm.destroy()
+
+
+def _sync_id(transport: Callable[[], Any]) -> CmId:
+    """A sync id (a private channel and blocking calls) on the tier's device."""
+    ch = EventChannel(transport())
+    ch._wait_first = True
+    ch._fast = 0
+    cm = CmId(ch)
+    cm._sync = True
+    return cm
+
+
+def test_sync_connect_to_no_listener_raises_with_the_reason(link: Link):
+    c = _sync_id(link.client_transport)
+    c.resolve_addr("%s:%d" % (link.server_ip, link.port()), timeout_ms=2000)
+    c.resolve_route(2000)
+    with pytest.raises(EventError) as info:
+        c.connect()
+    assert info.value.event.status == 8 and "INVALID_SERVICE_ID" in str(info.value)
+    assert "nothing listens" in str(info.value)
+    c.destroy()
+
+
+def test_ud_sidr_accept_and_reject(link: Link):
+    with link.server() as sc, link.client() as cc:
+        lst, dst = serve(sc, link, PortSpace.UDP)
+        c = routed(cc, dst, PortSpace.UDP)
+        with pytest.raises(UsageError, match="at most 180"):
+            c.connect(private_data=bytes(181))
+        c.connect(private_data=b"sidr hello")
+        ev = wait(sc, E.CONNECT_REQUEST)
+        p = ev.param
+        assert isinstance(p, UdParam) and p.private_data == b"sidr hello" + bytes(170)
+        ev.id.accept(qp_num=0x345678, private_data=b"sidr ok")
+        assert ev.id.state is State.CONNECTED
+        ev = wait(cc, E.ESTABLISHED)
+        p = ev.param
+        assert isinstance(p, UdParam)
+        assert (p.qp_num, p.qkey) == (0x345678, 0x01234567)
+        assert p.ah.dgid == ipaddress.IPv6Address("::ffff:" + link.server_ip)
+        assert p.private_data == b"sidr ok" + bytes(136 - 7)
+        quiet(sc)  # no event on the passive side
+        c2 = routed(cc, dst, PortSpace.UDP)
+        c2.connect()
+        wait(sc, E.CONNECT_REQUEST).id.reject(b"go away")
+        ev = wait(cc, E.UNREACHABLE, status=2)
+        assert ev.reason is SidrStatus.REJECT and ev.status_name == "REJECT"
+        assert ev.private_data == b"go away" + bytes(136 - 7)
+
+
+def test_ud_connect_with_no_listener_is_unreachable_unsupported(link: Link):
+    with link.client() as cc:
+        c = routed(cc, "%s:%d" % (link.server_ip, link.port()), PortSpace.UDP)
+        c.connect()
+        ev = wait(cc, E.UNREACHABLE, status=1)
+        assert ev.status_name == "UNSUPPORTED" and "nothing listens" in ev.explain()
+
+
+def test_notify_forces_established_once(link: Link):
+    with link.server() as sc, link.client() as cc:
+        lst, dst = serve(sc, link)
+        c = routed(cc, dst)
+        c.connect()
+        req = wait(sc, E.CONNECT_REQUEST).id
+        req.accept()
+        assert req.notify() is True
+        wait(sc, E.ESTABLISHED)
+        assert req.notify() is False  # EISCONN: established already
+        assert req.notify(NotifyEvent.PATH_MIG) is True
+        with pytest.raises(UsageError):
+            req.notify(5)
+        wait(cc, E.CONNECT_RESPONSE)
+        c.establish()
+        quiet(sc)
+
+
+def test_init_qp_attr_gives_what_a_qp_would_be_programmed_with(link: Link):
+    with link.server() as sc, link.client() as cc:
+        lst, dst = serve(sc, link)
+        c = routed(cc, dst)
+        c.set_ack_timeout(14)
+        with pytest.raises(UsageError):
+            c.init_qp_attr(7)
+        init = c.init_qp_attr(QpState.INIT)
+        assert init.mask & QpAttrMask.STATE and init.qp_state == QpState.INIT
+        c.connect(retry_count=5)
+        req = wait(sc, E.CONNECT_REQUEST).id
+        req.accept()
+        wait(cc, E.CONNECT_RESPONSE)
+        rtr = c.init_qp_attr(QpState.RTR)
+        assert rtr.mask == 0x129181
+        assert rtr.dest_qp_num == req.qp_num and rtr.path_mtu >= 1
+        assert rtr.ah_attr.dgid == ipaddress.IPv6Address("::ffff:" + link.server_ip)
+        rts = c.init_qp_attr(QpState.RTS)
+        assert rts.mask == 0x12e01
+        assert rts.timeout == 14 and rts.retry_cnt == 5
+        assert rtr.fields()["dest_qp_num"] == req.qp_num and "sq_psn" in rts.fields()
+        # the passive side's RTS sends with the PSN the active side's RTR expects
+        assert req.init_qp_attr(QpState.RTS).sq_psn == rtr.rq_psn
+        c.establish()
+
+
+def test_options_follow_the_kernels_state_rules(link: Link):
+    with link.client() as cc:
+        a = CmId(cc)
+        a.set_reuseaddr(True)
+        a.set_afonly(True)
+        a.set_tos(0x68)
+        a.bind_addr("%s:%d" % (link.client_ip, link.port()))
+        with pytest.raises(StateError, match="REUSEADDR|IDLE"):
+            a.set_reuseaddr(False)
+        a.set_afonly(False)  # still allowed while ADDR_BOUND
+        with pytest.raises(UsageError):
+            a.set_tos(256)
+        with pytest.raises(UsageError):
+            a.set_option(99, 1)
+        u = CmId(cc, PortSpace.UDP)
+        with pytest.raises(StateError, match="not for a datagram id"):
+            u.set_ack_timeout(14)  # an RC QP's option
+
+
+def test_tos_reaches_the_path(link: Link):
+    with link.client() as cc:
+        c = CmId(cc)
+        c.set_tos(0x68)
+        c.resolve_addr(link.server_ip, timeout_ms=2000)
+        wait(cc, E.ADDR_RESOLVED)
+        c.resolve_route(2000)
+        wait(cc, E.ROUTE_RESOLVED)
+        assert c.query_path()[0].traffic_class == 0x68
+
+
+def test_multicast_join_and_leave(link: Link):
+    with link.client() as cc:
+        u = CmId(cc, PortSpace.UDP)
+        u.bind_addr(link.client_ip)
+        m = u.join_multicast("239.1.1.7")
+        ev = wait(cc, E.MULTICAST_JOIN)
+        assert ev.membership is m and ev.id is u and u.memberships == [m]
+        p = ev.param
+        assert isinstance(p, UdParam)
+        assert (p.qp_num, p.qkey) == (0xFFFFFF, 0x01234567)
+        assert p.ah.dgid == ipaddress.IPv6Address("::ffff:239.1.1.7")
+        s = u.join_multicast("239.1.1.8", send_only=True)
+        assert wait(cc, E.MULTICAST_JOIN).membership is s
+        assert m.leave() == 1
+        with pytest.raises(StateError, match="left already"):
+            m.leave()
+        assert u.memberships == [s]
+        s.leave()
+        t = CmId(cc)
+        t.bind_addr(link.client_ip)
+        with pytest.raises(StateError, match="datagram"):
+            t.join_multicast("239.1.1.7")
+
+
+def test_migrate_moves_the_id_and_its_unread_events(link: Link):
+    with link.server() as sc, link.client() as cc, link.server() as other:
+        lst, req, c = handshake(sc, cc, link)
+        c.disconnect()
+        # the server's DISCONNECTED is queued on sc, unread: it moves with the id (and the
+        # channel that reads it answers the DREQ)
+        time.sleep(0.3)
+        reported = req.migrate(other)
+        assert req.channel is other and reported >= 1
+        ev = wait(other, E.DISCONNECTED)
+        assert ev.id is req
+        quiet(sc)
+        wait(cc, E.DISCONNECTED)
+
+
+def test_allocated_qp_numbers_are_distinct_and_a_reused_one_is_stale(link: Link):
+    with link.server() as sc, link.client() as cc:
+        lst, dst = serve(sc, link)
+        ids = []
+        for _ in range(3):
+            c = routed(cc, dst)
+            c.connect()
+            req = wait(sc, E.CONNECT_REQUEST).id
+            req.accept()
+            wait(cc, E.CONNECT_RESPONSE)
+            c.establish()
+            wait(sc, E.ESTABLISHED)
+            ids.append(c)
+        qpns = {c.qp_num for c in ids}
+        assert len(qpns) == 3 and not qpns & {0, 1, 0xFFFFFF}
+        again = routed(cc, dst)
+        again.connect(qp_num=ids[0].qp_num)  # a number a live connection holds
+        ev = wait(cc, E.REJECTED, status=10)
+        assert ev.reason is RejectReason.STALE_CONN and "QP number" in ev.explain()
+
+
+def test_bad_input_is_refused_before_the_syscall_and_loses_nothing(link: Link):
+    with link.server() as sc, link.client() as cc:
+        lst, dst = serve(sc, link)
+        c = routed(cc, dst)
+        with pytest.raises(UsageError, match="at most 56"):
+            c.connect(private_data=bytes(57))
+        with pytest.raises(UsageError, match="reserved"):
+            c.connect(qp_num=0)
+        with pytest.raises(UsageError, match="reserved"):
+            c.connect(qp_num=0xFFFFFF)
+        with pytest.raises(UsageError, match="unknown connection parameter"):
+            c.connect(qpnum=5)
+        with pytest.raises(UsageError, match="not both"):
+            c.connect(ConnParam(), private_data=b"x")
+        with pytest.raises(UsageError, match="retry_count"):
+            c.connect(retry_count=8)
+        with pytest.raises(StateError, match="REQUEST"):
+            c.accept()  # no request's id
+        with pytest.raises(StateError):
+            lst.accept()
+        assert c.state is State.ROUTE_RESOLVED
+        c.connect(private_data=bytes(56))  # and then it works
+        req = wait(sc, E.CONNECT_REQUEST).id
+        with pytest.raises(UsageError, match="at most 196"):
+            req.accept(private_data=bytes(197))
+        assert req.state is State.REQUEST  # still there to accept
+        req.accept()
+        wait(cc, E.CONNECT_RESPONSE)
+        with pytest.raises(StateError, match="RESPONSE"):
+            req.establish()  # the passive side has nothing to establish
+        c.establish()
+        wait(sc, E.ESTABLISHED)
+
+
+def test_destroying_a_request_unanswered_rejects_it_28(link: Link):
+    with link.server() as sc, link.client() as cc:
+        lst, dst = serve(sc, link)
+        c = routed(cc, dst)
+        c.connect()
+        wait(sc, E.CONNECT_REQUEST).id.destroy()
+        ev = wait(cc, E.REJECTED, status=28)
+        assert ev.private_data == bytes(148)  # kernel-made: no data
+
+
+def test_write_event_where_the_kernel_has_it(link: Link):
+    with link.client() as cc:
+        c = CmId(cc)
+        try:
+            c.write_event(0x1122334455667788)
+        except KernelError as e:
+            assert link.kernel is not None and link.kernel < (6, 17), "refused on %s: %s" % (link.kernel, e)
+            assert "6.17" in str(e)
+            return
+        ev = wait(cc, E.USER)
+        assert ev.id is c and ev.param == (0x55667788, 0x11223344)

@@ -31,7 +31,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 EXIT_OK, EXIT_EVENT, EXIT_KERNEL, EXIT_USAGE, EXIT_NODEV = 0, 1, 2, 3, 4
 
@@ -459,7 +459,679 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     return EXIT_OK if not failed else EXIT_EVENT
 
 
+# ------------------------------------------------------------------ ping and listen: connections
+
+#: the port of librdmacm's examples (ucmatose, cmtime, rdma_server ...) and of rdma-core's tests;
+#: rping and udaddy use 7174
+DEFAULT_PORT = 7471
+#: how long ``listen`` waits for TIMEWAIT_EXIT after DISCONNECTED before it destroys the id anyway
+TIMEWAIT_GRACE = 10.0
+
+
+class _BadInput(Exception):
+    """A command-line value that cannot be used: the message says which and what to do."""
+
+
+def _count(text: Optional[str], default: Optional[int]) -> Optional[int]:
+    if text is None:
+        return default
+    try:
+        n = int(text, 10)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise _BadInput("bad --count %r: give a whole number of connections, 1 or more" % text)
+    return n
+
+
+def _timeout_ms(text: str) -> int:
+    try:
+        n = int(text, 10)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 0xFFFFFFFF:
+        raise _BadInput("bad --timeout %r: give milliseconds, a whole number from 1 to 4294967295" % text)
+    return n
+
+
+def _port_space(text: str) -> Any:
+    from .abi import PortSpace
+
+    if text.lower() not in ("tcp", "udp"):
+        raise _BadInput("bad --ps %r: give tcp (RC connections) or udp (UD: SIDR)" % text)
+    return PortSpace[text.upper()]
+
+
+def _private_data_arg(text: Optional[str], limits: Sequence[Tuple[str, int]]) -> bytes:
+    """``--private-data HEX`` as bytes, checked against the messages it goes in:
+    ``limits`` is ``[(message, family), ...]``."""
+    from .cmid import private_data_limit
+
+    if text is None:
+        return b""
+    digits = text.strip()
+    if digits[:2].lower() == "0x":
+        digits = digits[2:]
+    digits = digits.replace(":", "").replace(" ", "")
+    try:
+        data = bytes.fromhex(digits)
+    except ValueError:
+        raise _BadInput("bad --private-data %r: not hex; give pairs of hex digits (68656c6c6f is 'hello')"
+                        % text) from None
+    for message, family in limits:
+        limit = private_data_limit(message, family)
+        if len(data) > limit:
+            raise _BadInput("--private-data is %d bytes; a %s of this id carries at most %d: give at most %d "
+                            "bytes (%d hex digits)" % (len(data), message.replace("_", " "), limit, limit,
+                                                      2 * limit))
+    return data
+
+
+def _printable(data: bytes) -> str:
+    return "".join(chr(c) if 32 <= c < 127 else "." for c in data)
+
+
+def _pd_info(data: bytes, message: str) -> Dict[str, Any]:
+    """Received private data: the whole field (``hex``, ``size``: the message's size, the
+    sender's data padded with zeros: the IB CM does not send its length) and what is
+    left without the trailing zeros (``data_hex``, ``text``)."""
+    shown = data.rstrip(b"\0")
+    return {"message": message, "size": len(data), "hex": data.hex(), "data_hex": shown.hex(),
+            "text": _printable(shown)}
+
+
+def _pd_text(info: Dict[str, Any]) -> str:
+    pad = "%s: %d bytes, the sender's data padded with zeros; the CM does not send its length" % (
+        info["message"].replace("_", " "), info["size"])
+    if not info["data_hex"]:
+        return "none (%s)" % pad
+    return '%s "%s" (%s)' % (info["data_hex"], info["text"], pad)
+
+
+def _conn_peer(p: Any, message: str) -> Dict[str, Any]:
+    """The peer's parameters from a REQ or REP (``ConnParam``); a REP has no retry count."""
+    return {
+        "qp_num": p.qp_num,
+        "responder_resources": p.responder_resources,
+        "initiator_depth": p.initiator_depth,
+        "flow_control": p.flow_control,
+        "retry_count": p.retry_count if message == "REQ" else None,
+        "rnr_retry_count": p.rnr_retry_count,
+        "srq": p.srq,
+        "ece": list(p.ece),
+        "private_data": _pd_info(p.private_data, message),
+    }
+
+
+def _ud_peer(p: Any, message: str) -> Dict[str, Any]:
+    """The peer's QP and address handle from a SIDR REP (``UdParam``)."""
+    ah = p.ah
+    return {
+        "qp_num": p.qp_num,
+        "qkey": p.qkey,
+        "ah": {"dgid": _ip_text(ah.dgid), "sgid_index": ah.sgid_index, "hop_limit": ah.hop_limit,
+               "traffic_class": ah.traffic_class, "flow_label": ah.flow_label, "port_num": ah.port_num,
+               "sl": ah.sl, "dlid": ah.dlid, "is_global": ah.is_global},
+        "private_data": _pd_info(p.private_data, message),
+    }
+
+
+def _peer_lines(peer: Dict[str, Any]) -> List[str]:
+    if "qkey" in peer:
+        ah = peer["ah"]
+        lines = ["peer: qkey %#010x, address handle dgid %s sgid_index %d hop_limit %d traffic_class %d "
+                 "flow_label %d port %d sl %d" % (peer["qkey"], ah["dgid"], ah["sgid_index"], ah["hop_limit"],
+                                                 ah["traffic_class"], ah["flow_label"], ah["port_num"], ah["sl"])]
+    else:
+        retry = ("retry_count %d" % peer["retry_count"] if peer["retry_count"] is not None
+                 else "(a REP carries no retry_count)")
+        lines = ["peer: responder_resources %d initiator_depth %d flow_control %d rnr_retry_count %d srq %d %s"
+                 % (peer["responder_resources"], peer["initiator_depth"], peer["flow_control"],
+                    peer["rnr_retry_count"], peer["srq"], retry)]
+    lines.append("peer private data: " + _pd_text(peer["private_data"]))
+    return lines
+
+
+def _event_reason(ev: Any, step: str, message: Optional[str]) -> Dict[str, Any]:
+    """A failure event as ``reason``: the event, its status by number and name, the hint,
+    the peer's private data when the message carries some."""
+    out: Dict[str, Any] = {"step": step, "event": ev.event.name, "status": ev.status,
+                           "name": ev.status_name or None, "hint": ev.explain() or None}
+    if message is not None:
+        out["private_data"] = _pd_info(ev.private_data, message)
+    return out
+
+
+def _reason_text(r: Dict[str, Any]) -> str:
+    if r.get("refused"):
+        return "kernel refused %s in step %s: %s" % (r["refused"], r["step"], r["message"])
+    if r.get("event") is None:
+        return "timed out in step %s: no %s within %d ms" % (r["step"], r["waiting_for"], r["timeout_ms"])
+    if r["event"] == "REJECTED":
+        what = "REJECTED reason %d %s" % (r["status"], r["name"] or "")
+    elif r["status"]:
+        what = "%s status %d %s" % (r["event"], r["status"], r["name"] or "")
+    else:
+        what = r["event"]
+    return "%s in step %s after %.2f ms" % (what.rstrip(), r["step"], r["ms"])
+
+
+def _open_channel() -> Any:
+    """The event channel of ``ping`` and ``listen`` (tests give the CLI a fake one here)."""
+    from . import channel as _channel
+
+    return _channel.EventChannel()
+
+
+def _destroy_quietly(cm: Any) -> None:
+    from .state import State
+
+    try:
+        if cm is not None and cm.state is not State.DESTROYED and not cm.channel.closed:
+            cm.destroy()
+    except Exception:  # the id goes with the channel's fd in any case
+        pass
+
+
+class _Waited:
+    """One step's outcome: the event (None: nothing within the time) and its time in ms."""
+
+    def __init__(self, ev: Any, ms: float) -> None:
+        self.ev, self.ms = ev, ms
+
+
+def _next_event(ch: Any, cm: Any, events: Any, timeout_s: float, t0: float) -> _Waited:
+    """Read (and ack) events until one of ``events`` comes for ``cm``, or ``timeout_s`` passes."""
+    deadline = t0 + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        ev = ch.get_event(left) if left > 0 else None
+        if ev is None:
+            return _Waited(None, (time.monotonic() - t0) * 1000)
+        ev.ack()
+        if ev.id is cm and ev.event in events:
+            return _Waited(ev, (time.monotonic() - t0) * 1000)
+
+
+_STEP_TIMEOUT_HINTS = {
+    "addr": "the kernel did not answer the address resolution in time",
+    "route": "the kernel did not answer the route resolution in time",
+    "connect": "the peer's CM sent neither a REP nor a REJ: is the peer up and reachable, is its listener's "
+               "backlog full, or is its application slow to accept? (raise --timeout)",
+    "connect-ud": "the peer's CM sent no SIDR REP: is the peer up and reachable? (raise --timeout)",
+    "disconnect": "the peer's CM did not answer the disconnect request (no DREP)",
+    "timewait": "the kernel sent no TIMEWAIT_EXIT",
+}
+
+
+def _attempt(ch: Any, seq: int, dst: Any, src: Any, ps: Any, data: bytes, timeout_ms: int,
+             timewait: bool, holder: List[Any]) -> Dict[str, Any]:
+    """One connection: resolve, connect, establish, disconnect, destroy; what each step took."""
+    from .abi import CmEventType as E
+    from .cmid import CmId
+    from .errors import KernelError
+    from .state import OUTCOMES, Call, Kind
+
+    att: Dict[str, Any] = {"seq": seq, "established": False, "reason": None, "steps": {}, "qp_num": None,
+                           "src": None, "device": None, "port_num": None, "peer": None}
+    steps: Dict[str, float] = att["steps"]
+    cm = CmId(ch, ps)
+    holder[0] = cm
+    ud = cm.kind is Kind.DATAGRAM
+    bound = timeout_ms / 1000.0
+
+    def step(name: str, call: Any, waiting_for: str, wait_s: float, ok: Any, failed: Any,
+             fail_message: Optional[str]) -> Any:
+        t = time.monotonic()
+        try:
+            call()
+        except KernelError as e:
+            att["reason"] = {"step": name, "refused": e.command, "errno": e.errno,
+                             "name": errno.errorcode.get(e.errno or 0), "message": str(e)}
+            return None
+        w = _next_event(ch, cm, ok | failed, wait_s, t)
+        steps[name] = round(w.ms, 3)
+        if w.ev is None:
+            key = "connect-ud" if name == "connect" and ud else name
+            att["reason"] = {"step": name, "event": None, "timed_out": True, "waiting_for": waiting_for,
+                             "timeout_ms": int(wait_s * 1000), "hint": _STEP_TIMEOUT_HINTS[key]}
+            return None
+        if w.ev.event not in ok or w.ev.status:
+            carries = w.ev.event is E.REJECTED or (w.ev.event is E.UNREACHABLE and ud and w.ev.status > 0)
+            att["reason"] = _event_reason(w.ev, name, fail_message if carries else None)
+            att["reason"]["ms"] = steps[name]
+            return None
+        return w.ev
+
+    kind = cm.kind
+    o = OUTCOMES[(kind, Call.RESOLVE_ADDR)]
+    margin = bound + 1.0  # the kernel's own ADDR_ERROR / ROUTE_ERROR comes at timeout_ms: let it
+    if step("addr", lambda: cm.resolve_addr(dst, src=src, timeout_ms=timeout_ms), "ADDR_RESOLVED", margin,
+            o.ok, o.failed, None) is None:
+        return att
+    o = OUTCOMES[(kind, Call.RESOLVE_ROUTE)]
+    if step("route", lambda: cm.resolve_route(timeout_ms), "ROUTE_RESOLVED", margin, o.ok, o.failed,
+            None) is None:
+        return att
+    try:
+        info = cm.query_addr()
+        att["src"] = str(info.src) if info.src else None
+        att["device"] = info.device.name if info.device else None
+        att["port_num"] = info.port_num
+    except KernelError:
+        pass
+    o = OUTCOMES[(kind, Call.CONNECT)]
+    ok = frozenset([E.ESTABLISHED]) if ud else frozenset([E.CONNECT_RESPONSE])
+    ev = step("connect", lambda: cm.connect(qp_num=None, private_data=data, responder_resources=1,
+                                            initiator_depth=1),
+              "ESTABLISHED (SIDR REP)" if ud else "CONNECT_RESPONSE (REP)", bound, ok, o.failed,
+              "SIDR_REP" if ud else "REJ")
+    if not ud:  # a SIDR REQ carries no QP number: the peer learns ours some other way
+        att["qp_num"] = cm.qp_num
+    if ev is None:
+        return att
+    if ud:
+        att["peer"] = _ud_peer(ev.param, "SIDR_REP")
+        att["established"] = True
+        return att
+    att["peer"] = _conn_peer(ev.param, "REP")
+    t = time.monotonic()
+    try:
+        cm.establish()
+    except KernelError as e:
+        att["reason"] = {"step": "establish", "refused": e.command, "errno": e.errno,
+                         "name": errno.errorcode.get(e.errno or 0), "message": str(e)}
+        return att
+    steps["establish"] = round((time.monotonic() - t) * 1000, 3)
+    att["established"] = True
+    if step("disconnect", cm.disconnect, "DISCONNECTED (DREP)", bound, frozenset([E.DISCONNECTED]),
+            frozenset([E.DEVICE_REMOVAL]), None) is None:
+        return att
+    if timewait:
+        step("timewait", lambda: None, "TIMEWAIT_EXIT", max(bound, TIMEWAIT_GRACE), frozenset([E.TIMEWAIT_EXIT]),
+             frozenset([E.DEVICE_REMOVAL]), None)
+    return att
+
+
+def _ping_summary(attempts: List[Dict[str, Any]], started: float, interrupted: bool) -> Dict[str, Any]:
+    est = [a for a in attempts if a["established"]]
+    times = [a["steps"]["connect"] for a in est if "connect" in a["steps"]]
+    return {
+        "sent": len(attempts),
+        "established": len(est),
+        "failed": len(attempts) - len(est),
+        "errors_after_established": len([a for a in est if a["reason"] is not None]),
+        "time_ms": round((time.monotonic() - started) * 1000, 3),
+        "connect_ms": {"min": min(times), "avg": round(sum(times) / len(times), 3), "max": max(times)}
+        if times else None,
+        "interrupted": interrupted,
+    }
+
+
+def _attempt_lines(a: Dict[str, Any], ud: bool) -> List[str]:
+    s = a["steps"]
+    order = ("addr", "route", "connect", "establish", "disconnect", "timewait")
+    taken = ", ".join("%s %.2f" % (k, s[k]) for k in order if k in s)
+    if a["established"]:
+        p = a["peer"]
+        head = "seq=%d ESTABLISHED peer qp %#x connect=%.2f ms (%s ms)" % (a["seq"], p["qp_num"], s["connect"],
+                                                                          taken)
+        ours = "our qp %#x from" % a["qp_num"] if a["qp_num"] is not None else "from"
+        lines = [head, "      %s %s on %s port %s" % (ours, a["src"], a["device"], a["port_num"])]
+        lines += ["      " + x for x in _peer_lines(p)]
+        if a["reason"] is not None:
+            lines.append("      then " + _reason_text(a["reason"]))
+            if a["reason"].get("hint"):
+                lines.append("      " + a["reason"]["hint"])
+        return lines
+    r = a["reason"]
+    lines = ["seq=%d %s%s" % (a["seq"], _reason_text(r), " (%s ms)" % taken if taken else "")]
+    if r.get("hint"):
+        lines.append("      " + r["hint"])
+    if r.get("private_data") is not None:
+        lines.append("      peer private data: " + _pd_text(r["private_data"]))
+    return lines
+
+
+def cmd_ping(args: argparse.Namespace) -> int:
+    from .abi import AF_INET, PortSpace
+    from .addr import parse_address
+    from .errors import DeviceNodeError, UsageError
+
+    try:
+        ps = _port_space(args.ps)
+        try:
+            dst = parse_address(args.dst, DEFAULT_PORT)
+            src = parse_address(args.src) if args.src else None
+        except UsageError as e:
+            raise _BadInput(str(e)) from None
+        if not dst.port:
+            raise _BadInput("bad port 0 in %r: give DST:PORT with a port 1..65535 (default %d)"
+                            % (args.dst, DEFAULT_PORT))
+        count = _count(args.count, 1)
+        timeout_ms = _timeout_ms(args.timeout)
+        ud = ps is PortSpace.UDP
+        data = _private_data_arg(args.private_data, [("SIDR_REQ" if ud else "REQ", dst.family or AF_INET)])
+    except _BadInput as e:
+        _err(str(e))
+        return EXIT_USAGE
+    assert count is not None
+    result: Dict[str, Any] = {"dst": _ip_text(dst.ip), "port": dst.port, "ps": ps.name, "src": args.src,
+                              "count": count, "timeout_ms": timeout_ms, "private_data": data.hex()}
+    try:
+        ch = _open_channel()
+    except DeviceNodeError as e:
+        _err(str(e))
+        if args.json:
+            result["error"] = {"errno": e.errno, "message": str(e)}
+            _print_json(result)
+        return EXIT_NODEV
+    where = "%s port %d" % (_ip_text(dst.ip), dst.port)
+    if not args.json:
+        print("PING %s (rdma_cm PS_%s, %s)%s: %d attempt%s, %d bytes of private data in the %s" % (
+            where, ps.name, "UD: SIDR" if ud else "RC", " from %s" % args.src if args.src else "", count,
+            "s" if count != 1 else "", len(data), "SIDR REQ" if ud else "REQ"), flush=True)
+    attempts: List[Dict[str, Any]] = []
+    started = time.monotonic()
+    interrupted = False
+    code = EXIT_OK
+    holder: List[Any] = [None]
+    with ch:
+        try:
+            for seq in range(1, count + 1):
+                try:
+                    a = _attempt(ch, seq, dst, src, ps, data, timeout_ms, args.timewait, holder)
+                except UsageError as e:  # what the library refuses before any syscall
+                    _err(str(e))
+                    return EXIT_USAGE
+                finally:
+                    _destroy_quietly(holder[0])
+                    holder[0] = None
+                attempts.append(a)
+                if not args.json:
+                    print("\n".join(_attempt_lines(a, ud)), flush=True)
+                r = a["reason"]
+                if r is not None and r.get("refused"):
+                    code = EXIT_KERNEL
+                    break
+                if r is not None:
+                    code = EXIT_EVENT
+        except KeyboardInterrupt:
+            interrupted = True
+            code = 130
+    summary = _ping_summary(attempts, started, interrupted)
+    if args.json:
+        result["attempts"] = attempts
+        result["summary"] = summary
+        result["exit"] = code
+        _print_json(result)
+        return code
+    errs = summary["errors_after_established"]
+    print("\n--- %s rdma_cm ping statistics ---" % where)
+    print("%d attempt%s, %d established, %d failed%s, time %.0f ms%s" % (
+        summary["sent"], "s" if summary["sent"] != 1 else "", summary["established"], summary["failed"],
+        ", %d error%s after ESTABLISHED" % (errs, "s" if errs != 1 else "") if errs else "",
+        summary["time_ms"], " (interrupted)" if interrupted else ""))
+    c = summary["connect_ms"]
+    if c:
+        print("connect min/avg/max = %.3f/%.3f/%.3f ms" % (c["min"], c["avg"], c["max"]))
+    sys.stdout.flush()
+    return code
+
+
+class _Stop(Exception):
+    """SIGTERM during ``listen``: stop as on Ctrl-C."""
+
+
+class _Conn:
+    """One connection ``listen`` follows: its number, its id, when its request came."""
+
+    def __init__(self, n: int, cm: Any, t0: float) -> None:
+        self.n, self.cm, self.t0 = n, cm, t0
+        self.deadline: Optional[float] = None  # after DISCONNECTED: TIMEWAIT_EXIT expected by then
+
+
+def _listen_addr(text: str) -> Any:
+    from .addr import parse_address
+    from .errors import UsageError
+
+    t = text.strip()
+    if t.isdigit() and t.isascii():
+        port = int(t)
+        host = "0.0.0.0"
+        text_addr = "%s:%d" % (host, port)
+        if not 1 <= port <= 0xFFFF:
+            raise _BadInput("bad port %r: give a port 1..65535 (librdmacm's examples use %d)" % (text, DEFAULT_PORT))
+    else:
+        text_addr = t
+    try:
+        a = parse_address(text_addr)
+    except UsageError as e:
+        raise _BadInput("%s (listen takes PORT or ADDR:PORT, e.g. %d or 10.0.0.1:%d)"
+                        % (e, DEFAULT_PORT, DEFAULT_PORT)) from None
+    if not a.port:
+        raise _BadInput("no port in %r: give PORT or ADDR:PORT with a port 1..65535 (e.g. %d or %s:%d)"
+                        % (text, DEFAULT_PORT, _ip_text(a.ip), DEFAULT_PORT))
+    return a
+
+
+def _clock() -> str:
+    now = time.time()
+    return time.strftime("%H:%M:%S", time.localtime(now)) + ".%03d" % (int(now * 1000) % 1000)
+
+
+def cmd_listen(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from .abi import AF_INET, PortSpace
+    from .errors import DeviceNodeError, KernelError
+
+    try:
+        addr = _listen_addr(args.addr)
+        ps = _port_space(args.ps)
+        count = _count(args.count, None)
+        ud = ps is PortSpace.UDP
+        family = addr.family or AF_INET
+        if args.reject:
+            data = _private_data_arg(args.private_data, [("SIDR_REP" if ud else "REJ", family)])
+        else:
+            data = _private_data_arg(args.private_data, [("SIDR_REP" if ud else "REP", family)])
+    except _BadInput as e:
+        _err(str(e))
+        return EXIT_USAGE
+
+    def emit(record: Dict[str, Any], *lines: str) -> None:
+        if args.json:
+            record = dict(record, time=round(time.time(), 6))
+            sys.stdout.write(json.dumps(_jsonable(record)) + "\n")
+        else:
+            clock = _clock()
+            sys.stdout.write("".join("%s %s\n" % (clock, line) for line in lines))
+        sys.stdout.flush()
+
+    try:
+        ch = _open_channel()
+    except DeviceNodeError as e:
+        _err(str(e))
+        return EXIT_NODEV
+    conns: Dict[int, _Conn] = {}
+    stats = {"requests": 0, "accepted": 0, "rejected": 0, "ended": 0}
+    why = "count"
+    code = EXIT_OK
+    old_term: Any = None
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:
+        def on_term(signum: int, frame: Any) -> None:
+            raise _Stop()
+        old_term = signal.signal(signal.SIGTERM, on_term)
+    from .cmid import CmId
+
+    lst = None
+    try:
+        with ch:
+            lst = CmId(ch, ps)
+            try:
+                lst.bind_addr(addr)
+                lst.listen()
+            except KernelError as e:
+                _err(str(e))
+                return EXIT_KERNEL
+            try:
+                bound = lst.query_addr().src or addr
+            except KernelError:
+                bound = addr
+            answer = "rejecting" if args.reject else "accepting"
+            emit({"event": "LISTENING", "addr": str(bound), "ps": ps.name, "answer": "REJECT" if args.reject else "ACCEPT",
+                  "private_data": data.hex(), "count": count},
+                 "LISTEN %s (rdma_cm PS_%s, %s): %s with %d bytes of private data in the %s; %s" % (
+                     bound, ps.name, "UD: SIDR" if ud else "RC", answer, len(data),
+                     ("SIDR REP" if ud else "REJ" if args.reject else "REP"),
+                     "stops after %d connection%s" % (count, "s" if count != 1 else "") if count
+                     else "Ctrl-C stops"))
+            try:
+                while count is None or stats["ended"] < count:
+                    code = _listen_step(ch, lst, conns, stats, args, data, ud, emit)
+                    if code != EXIT_OK:
+                        why = "error"
+                        break
+            except KeyboardInterrupt:
+                why = "SIGINT"
+            except _Stop:
+                why = "SIGTERM"
+            finally:
+                for c in list(conns.values()):
+                    _destroy_quietly(c.cm)
+                _destroy_quietly(lst)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, old_term)
+    emit(dict({"event": "STOPPED", "why": why}, **stats),
+         "--- stopped (%s): %d request%s, %d accepted, %d rejected, %d ended ---" % (
+             why if why != "count" else "count reached", stats["requests"], "s" if stats["requests"] != 1 else "",
+             stats["accepted"], stats["rejected"], stats["ended"]))
+    return code
+
+
+def _listen_step(ch: Any, lst: Any, conns: Dict[int, "_Conn"], stats: Dict[str, int], args: argparse.Namespace,
+                 data: bytes, ud: bool, emit: Any) -> int:
+    """Read one event (or wait until the nearest TIMEWAIT_EXIT deadline) and answer it."""
+    from .abi import CmEventType as E
+    from .errors import KernelError
+
+    deadlines = [c.deadline for c in conns.values() if c.deadline is not None]
+    now = time.monotonic()
+    for c in [c for c in conns.values() if c.deadline is not None and c.deadline <= now]:
+        emit({"event": "DESTROYED", "conn": c.n, "ms": round((now - c.t0) * 1000, 3),
+              "why": "no TIMEWAIT_EXIT within %g s of DISCONNECTED" % TIMEWAIT_GRACE},
+             "#%d destroyed: no TIMEWAIT_EXIT within %g s of DISCONNECTED" % (c.n, TIMEWAIT_GRACE))
+        _end(conns, c, stats)
+        return EXIT_OK
+    timeout = max(0.0, min(deadlines) - now) if deadlines else None
+    ev = ch.get_event(timeout)
+    if ev is None:
+        return EXIT_OK
+    ev.ack()
+    now = time.monotonic()
+    if ev.event is E.CONNECT_REQUEST:
+        stats["requests"] += 1
+        n = stats["requests"]
+        req = ev.id
+        c = _Conn(n, req, now)
+        conns[id(req)] = c
+        try:
+            info = req.query_addr()
+            peer_addr, local, device = info.dst, info.src, info.device
+        except KernelError:
+            peer_addr = local = device = None
+        p = ev.param
+        if ud:
+            peer: Dict[str, Any] = {"qp_num": p.qp_num, "private_data": _pd_info(p.private_data, "SIDR_REQ")}
+        else:
+            peer = _conn_peer(p, "REQ")
+        peer["addr"] = _ip_text(peer_addr.ip) if peer_addr else None
+        peer["port"] = peer_addr.port if peer_addr else None
+        record = {"event": "CONNECT_REQUEST", "conn": n, "peer": peer, "local": str(local) if local else None,
+                  "device": device.name if device else None}
+        who = "%s:%s" % (peer["addr"], peer["port"]) if peer_addr else "?"
+        if ud:
+            params = "(a SIDR REQ carries no QP number)"
+        else:
+            params = ("peer qp %#x responder_resources %d initiator_depth %d retry_count %d rnr_retry_count %d "
+                      "flow_control %d srq %d" % (p.qp_num, p.responder_resources, p.initiator_depth,
+                                                  p.retry_count, p.rnr_retry_count, p.flow_control, p.srq))
+        emit(record, "#%d CONNECT_REQUEST from %s to %s %s" % (n, who, local, params),
+             "#%d   peer private data: %s" % (n, _pd_text(peer["private_data"])))
+        message = ("SIDR REP" if ud else "REJ") if args.reject else ("SIDR REP" if ud else "REP")
+        try:
+            if args.reject:
+                req.reject(data)
+            elif ud:
+                req.accept(qp_num=None, private_data=data)
+            else:
+                req.accept(qp_num=None, private_data=data, responder_resources=p.initiator_depth,
+                           initiator_depth=p.responder_resources)
+        except KernelError as e:
+            emit({"event": "REFUSED", "conn": n, "command": e.command, "errno": e.errno, "message": str(e)},
+                 "#%d the kernel refused %s: %s" % (n, e.command, e))
+            _end(conns, c, stats)
+            return EXIT_OK
+        if args.reject:
+            stats["rejected"] += 1
+            emit({"event": "REJECT", "conn": n, "private_data": data.hex()},
+                 "#%d rejected, %d bytes of private data in the %s" % (n, len(data), message))
+            _end(conns, c, stats)
+        else:
+            stats["accepted"] += 1
+            emit({"event": "ACCEPT", "conn": n, "qp_num": req.qp_num, "private_data": data.hex()},
+                 "#%d accepted: our qp %#x, %d bytes of private data in the %s" % (n, req.qp_num, len(data),
+                                                                                   message))
+            if ud:  # the SIDR REP went: nothing follows on a datagram id
+                _end(conns, c, stats)
+        return EXIT_OK
+    c2 = conns.get(id(ev.id))
+    if c2 is None:
+        if ev.id is lst:
+            emit({"event": ev.event.name, "status": ev.status, "hint": ev.explain() or None},
+                 "listener: %s status %d %s" % (ev.event.name, ev.status, ev.explain()))
+            return EXIT_EVENT if not ev.ok else EXIT_OK
+        return EXIT_OK
+    ms = round((now - c2.t0) * 1000, 3)
+    record = {"event": ev.event.name, "conn": c2.n, "status": ev.status, "ms": ms}
+    text = "#%d %s +%.2f ms" % (c2.n, ev.event.name, ms)
+    if ev.status:
+        record["name"] = ev.status_name or None
+        text += " status %d %s" % (ev.status, ev.status_name)
+    hint = ev.explain() if not ev.ok or ev.status else ""
+    if hint:
+        record["hint"] = hint
+        text += ": " + hint
+    if ev.event is E.REJECTED:
+        record["private_data"] = _pd_info(ev.private_data, "REJ")
+    emit(record, text)
+    if ev.event is E.DISCONNECTED:
+        c2.deadline = now + TIMEWAIT_GRACE
+    elif ev.event is E.TIMEWAIT_EXIT or not ev.ok:
+        _end(conns, c2, stats)
+    return EXIT_OK
+
+
+def _end(conns: Dict[int, "_Conn"], c: "_Conn", stats: Dict[str, int]) -> None:
+    conns.pop(id(c.cm), None)
+    _destroy_quietly(c.cm)
+    stats["ended"] += 1
+
+
 # ------------------------------------------------------------------ main
+
+
+def _usage_exits_3(parser: argparse.ArgumentParser) -> None:
+    """argparse's own refusals (an unknown option, a missing argument) exit with 3, bad input,
+    as every other refusal of the subcommand does (argparse's 2 means "the kernel refused")."""
+    def error(message: str) -> Any:
+        parser.print_usage(sys.stderr)
+        parser.exit(EXIT_USAGE, "%s: error: %s\n" % (parser.prog, message))
+    setattr(parser, "error", error)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -507,6 +1179,39 @@ def build_parser() -> argparse.ArgumentParser:
                     help="an IPv4 address of an RDMA netdev, for the cases that resolve (default: found in sysfs)")
     cf.add_argument("--case", action="append", default=[], metavar="NAME", help="run only this case (repeatable)")
     cf.set_defaults(func=cmd_conformance)
+
+    pg = sub.add_parser("ping", help="connect to DST as a client would (resolve, connect, RTU, disconnect), "
+                                     "N times; time each step, show what the peer answered")
+    pg.add_argument("dst", metavar="DST[:PORT]", help="10.0.0.2, 10.0.0.2:7471, [fe80::1%%eth0]:7471 "
+                                                      "(port default %d; rping and udaddy use 7174)" % DEFAULT_PORT)
+    pg.add_argument("--src", help="source address to bind (default: the routing tables choose)")
+    pg.add_argument("--ps", default="tcp", metavar="tcp|udp", help="port space: tcp (RC, the default) or udp "
+                                                                   "(UD: SIDR)")
+    pg.add_argument("--count", metavar="N", help="connections to make, one after the other (default 1)")
+    pg.add_argument("--private-data", metavar="HEX", help="private data for the REQ (at most 56 bytes; "
+                                                          "SIDR REQ: 180)")
+    pg.add_argument("--timeout", default="2000", metavar="MS",
+                    help="timeout_ms of the resolutions, and how long each later step waits (default 2000)")
+    pg.add_argument("--timewait", action="store_true",
+                    help="also wait for TIMEWAIT_EXIT after DISCONNECTED (about 2 s on Soft-RoCE) and time it")
+    pg.add_argument("--json", action="store_true", help="one JSON object: the attempts and a summary")
+    pg.set_defaults(func=cmd_ping)
+    _usage_exits_3(pg)
+
+    ls = sub.add_parser("listen", help="listen on [ADDR:]PORT; show each request and what follows, "
+                                       "accept (or --reject) it")
+    ls.add_argument("addr", metavar="[ADDR:]PORT", help="7471, 10.0.0.1:7471, [::]:7471 (default address 0.0.0.0)")
+    ls.add_argument("--ps", default="tcp", metavar="tcp|udp", help="port space: tcp (RC, the default) or udp "
+                                                                   "(UD: SIDR)")
+    ls.add_argument("--count", metavar="N", help="stop after N connections have ended (default: run until "
+                                                 "SIGINT or SIGTERM)")
+    ls.add_argument("--reject", action="store_true", help="reject each request (REJ reason 28) instead of "
+                                                          "accepting it")
+    ls.add_argument("--private-data", metavar="HEX", help="private data for the REP (at most 196 bytes; "
+                                                          "SIDR REP: 136) or, with --reject, the REJ (148)")
+    ls.add_argument("--json", action="store_true", help="one JSON object per event, one per line, as they come")
+    ls.set_defaults(func=cmd_listen)
+    _usage_exits_3(ls)
     return p
 
 

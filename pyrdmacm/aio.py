@@ -75,29 +75,38 @@ import keyword
 import os
 import weakref
 from collections import deque
-from typing import Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Tuple
+from typing import Any, AsyncIterator, Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Tuple, Union
 
+from .abi import CmEventType
 from .addr import parse_address
 from .channel import EventChannel
-from .cmid import CmId
+from .cmid import CmId, Membership
 from .errors import EventError, RdmaCmError, StateError, UsageError
 from .events import Event
-from .state import OUTCOMES, Call, Kind, Outcome
+from .state import OUTCOMES, Call, Kind, Outcome, State
 
 __all__ = ["AsyncChannel"]
 
 _DRAIN = 256  # events taken per get_events call when the fd is readable
 #: the waiter table is swept for destroyed ids when it grows past this (then past 4x its size)
 _SWEEP_MIN = 4096
+#: how often (seconds) a waiting ``requests()`` iterator looks whether its listener was destroyed
+#: (the core says nothing when an id is destroyed: see AsyncChannel.requests)
+_LISTENER_POLL = 0.2
+
+_E = CmEventType
+_CONNECT_RESPONSE = _E.CONNECT_RESPONSE
+_DESTROYED = State.DESTROYED
 
 #: how one call is awaited: (event -> True for an ok event, False for a failure -- True for
 #: every outcome event when failures are not raised; the call; raise_on_error; the events
 #: that, with a zero status, simply resolve the wait).  Made once per (call, kind,
-#: raise_on_error): see _spec_tables.
-_Spec = Tuple[Dict[Any, bool], Call, bool, FrozenSet[Any]]
+#: raise_on_error): see _spec_tables.  The call is a Call, or the name of a wait that is no
+#: call's outcome ("DISCONNECT", "wait_event").
+_Spec = Tuple[Dict[Any, bool], Union[Call, str], bool, FrozenSet[Any]]
 
 
-def _make_spec(take: Dict[Any, bool], call: Call, raise_on_error: bool) -> _Spec:
+def _make_spec(take: Dict[Any, bool], call: Union[Call, str], raise_on_error: bool) -> _Spec:
     return (take, call, raise_on_error, frozenset(e for e, ok in take.items() if ok))
 
 
@@ -145,13 +154,15 @@ def _spec(cm_id: Any, call: Any, raise_on_error: Any) -> _Spec:
     return pair[0] if raise_on_error else pair[1]
 
 
-def _command(call: Call, cm_id: Any) -> str:
+def _command(call: Union[Call, str], cm_id: Any) -> str:
+    if isinstance(call, str):
+        return call
     if call is Call.RESOLVE_ADDR and getattr(cm_id.channel, "legacy", False):
         return "RESOLVE_IP"
     return call.name
 
 
-def _event_error(ev: Event, call: Call, kwargs: Optional[Dict[str, Any]]) -> EventError:
+def _event_error(ev: Event, call: Union[Call, str], kwargs: Optional[Dict[str, Any]]) -> EventError:
     """The EventError for a failure event answering ``call`` (error path only)."""
     cm_id = ev[2]
     src = kwargs.get("src") if kwargs else None
@@ -254,6 +265,56 @@ class _Batch:
             fut.set_result(self.events)
 
 
+class _Requests:
+    """The connection requests of one listener, for its ``requests()`` iterators: the
+    CONNECT_REQUEST events not taken yet (not acked), and the iterators waiting."""
+
+    __slots__ = ("listener", "ready", "waiters", "users", "timer", "ended")
+
+    def __init__(self, listener: CmId) -> None:
+        self.listener = listener
+        #: CONNECT_REQUEST events (or an exception to raise: the listener's failure event)
+        self.ready: Deque[Any] = deque()
+        self.waiters: "Deque[asyncio.Future[Optional[Event]]]" = deque()
+        #: the iterators reading it (it is dropped when the last one ends)
+        self.users = 0
+        #: the look for a destroyed listener, armed while an iterator waits
+        self.timer: Optional[asyncio.TimerHandle] = None
+        self.ended = False
+
+    def put(self, item: Any) -> None:
+        """A request (or the listener's failure) to the oldest waiting iterator, else kept."""
+        waiters = self.waiters
+        while waiters:
+            w = waiters.popleft()
+            if not w.done():
+                if isinstance(item, BaseException):
+                    w.set_exception(item)
+                else:
+                    w.set_result(item)
+                return
+        self.ready.append(item)
+
+    def end(self, error: Optional[BaseException] = None) -> None:
+        """The iterators end (``error``: they raise it instead; reading may start again)."""
+        if error is None:
+            self.ended = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        waiters = list(self.waiters)
+        self.waiters.clear()
+        for w in waiters:
+            if not w.done():
+                try:
+                    if error is None:
+                        w.set_result(None)
+                    else:
+                        w.set_exception(error)
+                except RuntimeError:  # its loop is closed: nobody awaits it any more
+                    pass
+
+
 #: (id(loop), fd) -> the adapter whose reader the loop has under that fd number: a new adapter
 #: given a closed channel's fd number evicts the dead one, and a dead one removes only its own
 _READERS: "Dict[Tuple[int, int], weakref.ReferenceType[AsyncChannel]]" = {}
@@ -288,6 +349,8 @@ class AsyncChannel:
         self._sweep_at = _SWEEP_MIN
         self._queue: Deque[Event] = deque()
         self._queue_waiters: "Deque[asyncio.Future[Event]]" = deque()
+        #: listener uid -> its requests, while a ``requests()`` iterator reads them
+        self._requests: Dict[int, _Requests] = {}
 
     @property
     def closed(self) -> bool:
@@ -396,6 +459,15 @@ class AsyncChannel:
                 fail(one.fut if one.__class__ is _Batch else one[0])
         for fut in queue_waiters:
             fail(fut)
+        requests = list(self._requests.values())
+        if how is not None:  # the listeners are gone with the channel: their iterators end
+            self._requests.clear()
+            for rq in requests:
+                rq.ready.clear()
+                rq.end()
+        else:
+            for rq in requests:
+                rq.end(error)
 
     def close(self) -> None:
         """Close the channel (the kernel destroys its ids): every waiter fails with StateError
@@ -482,6 +554,9 @@ class AsyncChannel:
                         waiters[uid] = entry
                     elif self._deliver_to_one_of(uid, entry, ev):
                         continue
+                # a connection request, a membership's event, a listener's failure: routed on
+                if (ev[6] is not None or ev[7] is not None or self._requests) and self._route(ev):
+                    continue
                 # not an outcome anybody awaits: to get_event
                 qw = self._queue_waiters
                 while qw:
@@ -495,6 +570,49 @@ class AsyncChannel:
                 if len(waiters) >= self._sweep_at:
                     self._sweep()
                 return
+
+    def _route(self, ev: Event) -> bool:
+        """An event no waiter of its id took: a membership's goes to the waiter of the membership
+        (its uid); a CONNECT_REQUEST to its listener's ``requests()``; a listener's failure
+        event (DEVICE_REMOVAL) ends them with EventError.  False: it goes to get_event."""
+        membership = ev[7]
+        if membership is not None:
+            return self._deliver(membership.uid, ev)
+        listener = ev[6]
+        if listener is not None:
+            rq = self._requests.get(listener.uid)
+            if rq is None:
+                return False
+            rq.put(ev)  # acked when an iterator takes it
+            return True
+        rq = self._requests.get(ev[2].uid)
+        if rq is None or ev.ok:
+            return False
+        _ack(ev)
+        rq.put(EventError(ev, "LISTEN"))
+        return True
+
+    def _deliver(self, uid: int, ev: Event) -> bool:
+        """``ev`` to the waiter of ``uid`` if its outcome is among its events; False if not."""
+        entry = self._waiters.pop(uid, None)
+        if entry is None:
+            return False
+        if entry.__class__ is list:
+            return self._deliver_to_one_of(uid, entry, ev)
+        if self._deliver_to_one_of(uid, [entry], ev):
+            return True
+        self._waiters[uid] = entry
+        return False
+
+    def _to_get_event(self, ev: Event) -> None:
+        """Hand ``ev`` to the oldest get_event waiter, or queue it."""
+        qw = self._queue_waiters
+        while qw:
+            w = qw.popleft()
+            if not w.done():
+                w.set_result(ev)
+                return
+        self._queue.append(ev)
 
     def _deliver_to_one_of(self, uid: int, entries: List[Any], ev: Event) -> bool:
         """An event for an id with several calls pending: the oldest that it answers takes it."""
@@ -562,7 +680,8 @@ class AsyncChannel:
         """Drop the waiters of ids destroyed meanwhile (their events never come); a future
         still pending there fails.  Run as the table grows: amortized, a set difference."""
         waiters = self._waiters
-        for uid in waiters.keys() - self.channel._ids.keys():
+        ch = self.channel
+        for uid in waiters.keys() - ch._ids.keys() - ch._mcs.keys():
             entry = waiters.pop(uid)
             for one in entry if entry.__class__ is list else (entry,):
                 fut = one.fut if one.__class__ is _Batch else one[0]
@@ -813,3 +932,237 @@ class AsyncChannel:
         """``resolve_route`` for every id; all their outcome events, in order (over :meth:`outcomes_of`)."""
         return await self.outcomes_of(ids, Call.RESOLVE_ROUTE, CmId.resolve_route, timeout_ms,
                                       raise_on_error=raise_on_error)
+
+    # -- connections: every verb awaited, the RTU sent by the helper
+    def _ours(self, what: str, cm_id: Any) -> asyncio.AbstractEventLoop:
+        """The running loop, once ``cm_id`` is known to be an id of this adapter's channel (else
+        UsageError; a closed adapter: StateError)."""
+        loop = self._start()
+        if not isinstance(cm_id, CmId) or getattr(cm_id, "channel", None) is not self.channel:
+            raise self._not_ours(what, cm_id)
+        return loop
+
+    def _wait_for(self, loop: asyncio.AbstractEventLoop, uid: int, spec: _Spec,
+                  kwargs: Optional[Dict[str, Any]] = None) -> "asyncio.Future[Event]":
+        """A future of the next event of ``uid`` (an id's or a membership's) among ``spec``'s."""
+        fut: asyncio.Future[Event] = loop.create_future()
+        waiters = self._waiters
+        if len(waiters) >= self._sweep_at:
+            self._sweep()
+        entry = (fut, spec, kwargs)
+        if waiters.setdefault(uid, entry) is not entry:
+            self._add(uid, entry)
+        return fut
+
+    def _take_queued(self, cm_id: CmId, spec: _Spec, kwargs: Optional[Dict[str, Any]] = None) -> Optional[Event]:
+        """The oldest event of ``cm_id`` among ``spec``'s that came before anybody waited for it
+        (it is in get_event's queue): taken from there and acked; a failure raised as the
+        spec says.  None if there is none."""
+        queue = self._queue
+        take = spec[0]
+        for i, ev in enumerate(queue):
+            if ev[2] is cm_id and ev[6] is None and ev[7] is None and ev[0] in take:
+                del queue[i]
+                _ack(ev)
+                if spec[2] and (not take[ev[0]] or ev[1]):
+                    raise _event_error(ev, spec[1], kwargs)
+                return ev
+        return None
+
+    async def connect(self, cm_id: CmId, param: Any = None, *, raise_on_error: bool = True,
+                      **fields: Any) -> Event:
+        """``cm_id.connect(param, **fields)`` (CONNECT), awaited; on CONNECT_RESPONSE the RTU is
+        sent here (``cm_id.establish()``) before the event is returned, so the peer gets
+        ESTABLISHED.  ``param`` and ``fields`` as for :meth:`CmId.connect` (a ConnParam, or
+        ``qp_num=...``, ``private_data=b"..."`` ...).
+
+        A connected id returns CONNECT_RESPONSE (``event.param``: the peer's ConnParam, its
+        private data padded to 196 bytes); a datagram id ESTABLISHED (the SIDR REP:
+        ``event.param`` a UdParam).  REJECTED, UNREACHABLE, CONNECT_ERROR raise EventError
+        (``.event``: the event, with ``status``, ``private_data`` and ``explain()``) unless
+        not ``raise_on_error``: then the event is returned and no RTU is sent.  If the wait
+        is cancelled the id stays where the kernel's answer puts it (CONNECT, or RESPONSE
+        without an RTU): destroy it, and the peer gets REJECTED.
+        """
+        ev = await self.outcome_of(cm_id, Call.CONNECT, getattr(cm_id, "connect", _no_call), param,
+                                   raise_on_error=raise_on_error, **fields)
+        if ev[0] is _CONNECT_RESPONSE and not ev[1]:
+            cm_id.establish()
+        return ev
+
+    async def accept(self, cm_id: CmId, param: Any = None, *, raise_on_error: bool = True,
+                     **fields: Any) -> Optional[Event]:
+        """``cm_id.accept(param, **fields)`` (ACCEPT) on a connection request's id (what
+        :meth:`requests` yields), awaited: the ESTABLISHED event, when the peer's RTU comes.
+        REJECTED (the peer destroyed its id instead), UNREACHABLE, CONNECT_ERROR raise
+        EventError unless not ``raise_on_error``.  A datagram id gets no event: the SIDR REP
+        is sent and this returns None at once.  A refusal raises (KernelError: the kernel
+        then rejected the request itself, the peer gets REJECTED 28)."""
+        if isinstance(cm_id, CmId) and cm_id.kind is Kind.DATAGRAM:
+            self._ours("accept", cm_id)
+            cm_id.accept(param, **fields)
+            return None
+        return await self.outcome_of(cm_id, Call.ACCEPT, getattr(cm_id, "accept", _no_call), param,
+                                     raise_on_error=raise_on_error, **fields)
+
+    def requests(self, listener: CmId) -> AsyncIterator[CmId]:
+        """The ids of the connection requests to ``listener`` (its CONNECT_REQUEST events), as
+        they come: ``async for req in ach.requests(lst): await ach.accept(req, ...)``.
+
+        Each event is acked when its id is yielded (``req.request`` is the event: the peer's
+        ConnParam, ``req.query_addr()`` its address).  Requests that came before the
+        iteration started (queued for :meth:`get_event`) are yielded first; those that come
+        while the body runs wait for the next step; several iterators of one listener share
+        its requests.  The iteration ends when the listener is destroyed (seen within
+        0.2 s) or the channel is closed; the listener's failure event (DEVICE_REMOVAL)
+        raises EventError.  A cancelled step loses nothing: when the iterator ends (its
+        ``aclose()``, a ``break`` or a cancel), the requests it did not yield go back to
+        :meth:`get_event`.  The listener must be listening (StateError)."""
+        self._ours("requests", listener)
+        if listener.state is not State.LISTEN:
+            raise StateError("requests needs a listening id (state LISTEN), this one is %s (uid %d): call "
+                             "listen() first" % (listener.state, listener.uid))
+        return self._iterate(listener)
+
+    async def _iterate(self, listener: CmId) -> AsyncIterator[CmId]:
+        rq = self._attach(listener)
+        try:
+            while True:
+                ev = await self._next_request(rq)
+                if ev is None:
+                    return
+                _ack(ev)
+                yield ev[2]
+        finally:
+            self._detach(rq)
+
+    def _attach(self, listener: CmId) -> _Requests:
+        rq = self._requests.get(listener.uid)
+        if rq is None:
+            rq = self._requests[listener.uid] = _Requests(listener)
+            queue = self._queue
+            if queue:  # requests read before anybody iterated: they are the iterator's now
+                others = [ev for ev in queue if ev[6] is not listener]
+                if len(others) != len(queue):
+                    rq.ready.extend(ev for ev in queue if ev[6] is listener)
+                    queue.clear()
+                    queue.extend(others)
+        rq.users += 1
+        return rq
+
+    def _detach(self, rq: _Requests) -> None:
+        rq.users -= 1
+        if rq.users > 0:
+            return
+        if self._requests.get(rq.listener.uid) is rq:
+            del self._requests[rq.listener.uid]
+        if rq.timer is not None:
+            rq.timer.cancel()
+            rq.timer = None
+        left = [ev for ev in rq.ready if not isinstance(ev, BaseException)]
+        rq.ready.clear()
+        if self._closed is None:
+            for ev in left:  # not yielded: not lost
+                self._to_get_event(ev)
+
+    async def _next_request(self, rq: _Requests) -> Optional[Event]:
+        """The next request of ``rq`` (None: the iteration ends)."""
+        if rq.ready:
+            item = rq.ready.popleft()
+            if isinstance(item, BaseException):
+                raise item
+            return item  # type: ignore[no-any-return]
+        if rq.ended or self._closed is not None or rq.listener._state is _DESTROYED:
+            return None
+        loop = self._loop
+        if loop is None or loop.is_closed():  # reading stopped (a fault): start again
+            loop = self._start_or_none()
+            if loop is None:
+                return None
+        fut: asyncio.Future[Optional[Event]] = loop.create_future()
+        rq.waiters.append(fut)
+        if rq.timer is None:
+            rq.timer = loop.call_later(_LISTENER_POLL, self._look_at_listener, rq)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            try:
+                rq.waiters.remove(fut)
+            except ValueError:
+                pass
+            if fut.done() and not fut.cancelled() and fut.exception() is None and fut.result() is not None:
+                rq.ready.appendleft(fut.result())  # given to us as we were cancelled: not lost
+            raise
+
+    def _look_at_listener(self, rq: _Requests) -> None:
+        """While an iterator waits: end it if its listener was destroyed (no event says so)."""
+        rq.timer = None
+        if not any(not w.done() for w in rq.waiters):
+            return
+        if rq.listener._state is _DESTROYED or self.channel.closed:
+            rq.end()
+            return
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            rq.timer = loop.call_later(_LISTENER_POLL, self._look_at_listener, rq)
+
+    async def disconnect(self, cm_id: CmId, *, raise_on_error: bool = True) -> Optional[Event]:
+        """``cm_id.disconnect()`` (DISCONNECT: the DREQ), awaited: this side's DISCONNECTED
+        event, when the peer's DREP comes.  If the peer disconnected first (DISCONNECTED
+        came already, and the channel answered its DREQ), nothing is sent: that event is
+        returned if it is still queued for :meth:`get_event`, else None.  DISCONNECTED with
+        a status (-110: the peer never answered the DREQ) raises EventError unless not
+        ``raise_on_error``; the connection is down either way.  TIMEWAIT_EXIT follows:
+        :meth:`wait_event`."""
+        loop = self._ours("disconnect", cm_id)
+        spec = _DISCONNECT_SPECS[0] if raise_on_error else _DISCONNECT_SPECS[1]
+        if cm_id.state is State.DISCONNECTED:
+            return self._take_queued(cm_id, spec)
+        cm_id.disconnect()
+        return await self._wait_for(loop, cm_id.uid, spec)
+
+    async def wait_event(self, cm_id: CmId, *events: CmEventType, timeout: Optional[float] = None,
+                         raise_on_error: bool = False) -> Event:
+        """The next event of ``cm_id`` among ``events`` (ESTABLISHED after ``notify()``,
+        TIMEWAIT_EXIT after a disconnect, DISCONNECTED ...), acked; one that came before
+        the call (queued for :meth:`get_event`) is taken first.  The event is returned
+        whatever its status, unless ``raise_on_error``: then a failure event or a
+        non-zero status raises EventError.  ``timeout`` in seconds (None: for ever):
+        asyncio.TimeoutError; a wait that timed out or was cancelled keeps its place, and
+        the event, if it comes, is acked and dropped."""
+        loop = self._ours("wait_event", cm_id)
+        if not events:
+            raise UsageError("wait_event needs the events to wait for (CmEventType.ESTABLISHED, ...)")
+        take: Dict[Any, bool] = {}
+        for e in events:
+            if not isinstance(e, CmEventType):
+                raise UsageError("wait_event takes CmEventType members (CmEventType.TIMEWAIT_EXIT ...), got %r" % (e,))
+            take[e] = e.name not in _FAILURE_NAMES
+        t = self.channel._seconds(timeout)
+        spec = _make_spec(take, "wait_event", raise_on_error)
+        ev = self._take_queued(cm_id, spec)
+        if ev is not None:
+            return ev
+        fut = self._wait_for(loop, cm_id.uid, spec)
+        if t is None:
+            return await fut
+        return await asyncio.wait_for(fut, t)
+
+    async def join_multicast(self, cm_id: CmId, addr: Any, *, send_only: bool = False, context: Any = None,
+                             raise_on_error: bool = True) -> Tuple[Membership, Event]:
+        """``cm_id.join_multicast(addr, send_only=..., context=...)`` (JOIN_MCAST), awaited:
+        the membership and its MULTICAST_JOIN event (``event.param``: the group's UdParam,
+        qp_num 0xffffff, qkey, ``ah.dgid``).  MULTICAST_ERROR raises EventError (its
+        ``event.membership`` is the membership: ``leave()`` it) unless not
+        ``raise_on_error``.  ``membership.leave()`` ends it (no event)."""
+        loop = self._ours("join_multicast", cm_id)
+        m = cm_id.join_multicast(addr, send_only=send_only, context=context)
+        spec = _JOIN_SPECS[0] if raise_on_error else _JOIN_SPECS[1]
+        ev = await self._wait_for(loop, m.uid, spec)
+        return m, ev
+
+
+_DISCONNECT_SPECS = (_make_spec({_E.DISCONNECTED: True}, "DISCONNECT", True),
+                     _make_spec({_E.DISCONNECTED: True}, "DISCONNECT", False))
+_JOIN_SPECS = _BY_KIND[(Kind.DATAGRAM, Call.JOIN_MULTICAST)]
+_FAILURE_NAMES = frozenset(e.name for o in OUTCOMES.values() for e in o.failed)

@@ -155,7 +155,7 @@ def _spec(cm_id: Any, call: Any, raise_on_error: Any) -> _Spec:
 
 
 def _command(call: Union[Call, str], cm_id: Any) -> str:
-    if isinstance(call, str):
+    if not isinstance(call, Call):  # a wait's name (Call is a str enum: test for it, not for str)
         return call
     if call is Call.RESOLVE_ADDR and getattr(cm_id.channel, "legacy", False):
         return "RESOLVE_IP"

@@ -5,6 +5,7 @@ occasions someone runs it for real (docs/benchmarks.md).
 """
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +68,52 @@ def test_bench_baseline_head_runs_beside_the_tree(tmp_path):
         assert row["ratio"] == pytest.approx(row["current"] / row["baseline"])
         assert len(row["round_ratios"]) == 2 and row["spread"][0] <= row["spread"][1]
         assert row["verdict"] == "within spread" or "(beyond spread)" in row["verdict"], row
+
+
+CONN_N = 5
+CONN_PORT = 7098  # not the benchmark's default, which a listener of a manual run may hold
+
+
+@pytest.mark.kernel(topology="pair")
+def test_bench_connection_phase_completes_every_connection(peer, tmp_path):
+    """--connections on the pair, tiny (N=5, one round, both modes, both implementations)
+    against the listener on the peer: the JSON has its shape, every connection was
+    established and completed, and the listener saw each one accepted, established (the
+    RTU came) and disconnected.  Nothing about speed."""
+    listener = peer.start([sys.executable, str(ROOT / "tools" / "bench"), "--listen", str(CONN_PORT)])
+    listener.wait_for_line(r"^listening on port %d$" % CONN_PORT, timeout=90)  # it may compile first
+    out = tmp_path / "connections.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "bench"), "--connections", "--dst", peer.address,
+         "--port", str(CONN_PORT), "--n", str(CONN_N), "--runs", "1", "--json", str(out), "--quiet"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["phase"] == "connections" and result["impls"] == ["c", "pyrdmacm"]
+    assert result["modes"] == ["serial", "pipelined"] and result["ns"] == [CONN_N] and result["runs"] == 1
+    assert result["listener"]["tries"] >= 1
+    assert len(result["raw"]) == 4
+    for row in result["raw"]:
+        assert (row["n"], row["established"], row["completed"], row["failures"]) == (CONN_N, CONN_N, CONN_N, 0), row
+        assert row["total"] > 0
+    res = result["connections"][str(CONN_N)]
+    for mode in ("serial", "pipelined"):
+        r = res[mode]
+        assert r["attempted"] == r["established"] == r["completed"] == {"c": CONN_N, "pyrdmacm": CONN_N}, r
+        assert r["failures"] == {"c": 0, "pyrdmacm": 0}
+        assert r["ratio"] == pytest.approx(r["ms_per_conn"]["pyrdmacm"] / r["ms_per_conn"]["c"])
+        for impl in ("c", "pyrdmacm"):
+            assert r["conn_per_s"][impl] == pytest.approx(1000 / r["ms_per_conn"][impl])
+        assert len(r["round_ratios"]) == 1
+    assert set(res["serial"]["steps_us"]["pyrdmacm"]) == {"setup", "connect", "establish", "disconnect", "destroy"}
+    assert {t["target"].split()[1] for t in result["targets"] if t["target"].startswith("N=")} == {"serial",
+                                                                                                  "pipelined"}
+    # the listener's own counts (printed when it is stopped): the probe connection and 4 x N
+    listener.signal(signal.SIGTERM)
+    code, stdout, stderr = listener.wait(20)
+    counts = json.loads(stdout.strip().splitlines()[-1])
+    done = 4 * CONN_N + 1
+    assert (code, counts["established"], counts["disconnected"], counts["refused"]) == (0, done, done, 0), \
+        (counts, stderr)
+    assert counts["requests"] == counts["accepted"] == done, counts

@@ -9,6 +9,11 @@ Subcommands (``pyrdmacm COMMAND --help`` for each)::
     pyrdmacm decode HEX|STRACE-LINE [--reply KIND]   name the fields of a write or a reply
     pyrdmacm conformance [--json] [--local ADDR] [--case NAME]...
                                                      check the running kernel's rdma_cm contract
+    pyrdmacm ping DST[:PORT] [--src SRC] [--ps tcp|udp] [--count N] [--private-data HEX]
+                  [--timeout MS] [--timewait] [--json]
+                                                     connect N times, time each step, show the peer
+    pyrdmacm listen [ADDR:]PORT [--ps tcp|udp] [--count N] [--reject] [--private-data HEX] [--json]
+                                                     show each request and its events; accept or reject
 
 Exit status of ``resolve``: 0 resolved; 1 a failure event (ADDR_ERROR,
 ROUTE_ERROR: the status says why); 2 the kernel refused the command (errno),
@@ -18,6 +23,27 @@ or, with ``--strict``, the pre-check refused or warned (nothing was sent);
 warning with ``--strict``; 3 bad input.
 ``conformance``: 0 every case as expected; 1 some case was not (the table says
 which); 4 no usable rdma_cm here.
+``ping``: 0 every attempt established (and disconnected); 1 some attempt ended in a
+failure event (REJECTED, UNREACHABLE, ADDR_ERROR ...: the reason by number and name,
+and what it means) or timed out (the step is named); 2 the kernel refused a command
+(the attempts stop there); 3 bad input; 4 no usable rdma_cm here; 130 interrupted
+(SIGINT: the summary so far is printed, the id destroyed).
+``listen``: 0 when it stops (``--count`` connections ended, or SIGINT / SIGTERM: its
+ids are destroyed); 1 the listener itself got a failure event; 2 the kernel refused
+the bind or listen (EADDRINUSE ...); 3 bad input; 4 no usable rdma_cm here.
+
+``ping`` makes the connection a client would, without a QP: RESOLVE_ADDR, RESOLVE_ROUTE,
+CONNECT (a QP number allocated unique in the process; the peer's data would go there),
+on CONNECT_RESPONSE the RTU (ESTABLISH), then DISCONNECT and, on DISCONNECTED, DESTROY
+(``--timewait``: after TIMEWAIT_EXIT); with ``--ps udp`` a SIDR exchange, ESTABLISHED
+with the peer's QP number, qkey and address handle, and no disconnect (UD has none).
+Its port defaults to 7471, the port of librdmacm's examples (ucmatose, cmtime); rping
+and udaddy use 7174.  ``listen`` binds (address 0.0.0.0 by default), listens, and for
+each CONNECT_REQUEST prints who asked, then accepts (``--reject``: rejects) it and
+prints what follows (ESTABLISHED, DISCONNECTED, TIMEWAIT_EXIT); its ``--json`` is one
+object per line, flushed at once, for scripts that follow it.  Received private data
+is shown whole: the kernel gives the message's field (REQ 56, REP 196, REJ 148, SIDR
+REQ 180, SIDR REP 136 bytes), the sender's data padded with zeros.
 
 ``resolve`` shows a progress line on stderr while it waits longer than a
 second for an event, when stderr is a terminal (or always with ``--progress``).
@@ -527,6 +553,13 @@ def _private_data_arg(text: Optional[str], limits: Sequence[Tuple[str, int]]) ->
     return data
 
 
+def _explicit_port(text: str) -> bool:
+    """Whether an address as written carries a port (``10.0.0.2:7471``, ``[fe80::1%eth0]:7471``)."""
+    import re
+
+    return re.fullmatch(r"\[[^\]]*\]:[^:]*|[^:\[\]]+:[^:]*", text.strip()) is not None
+
+
 def _printable(data: bytes) -> str:
     return "".join(chr(c) if 32 <= c < 127 else "." for c in data)
 
@@ -805,7 +838,7 @@ def cmd_ping(args: argparse.Namespace) -> int:
             src = parse_address(args.src) if args.src else None
         except UsageError as e:
             raise _BadInput(str(e)) from None
-        if not dst.port:
+        if _explicit_port(args.dst) and not parse_address(args.dst).port:
             raise _BadInput("bad port 0 in %r: give DST:PORT with a port 1..65535 (default %d)"
                             % (args.dst, DEFAULT_PORT))
         count = _count(args.count, 1)
@@ -1183,7 +1216,8 @@ def build_parser() -> argparse.ArgumentParser:
     pg = sub.add_parser("ping", help="connect to DST as a client would (resolve, connect, RTU, disconnect), "
                                      "N times; time each step, show what the peer answered")
     pg.add_argument("dst", metavar="DST[:PORT]", help="10.0.0.2, 10.0.0.2:7471, [fe80::1%%eth0]:7471 "
-                                                      "(port default %d; rping and udaddy use 7174)" % DEFAULT_PORT)
+                                                      "(port default " + str(DEFAULT_PORT)
+                                                      + ", librdmacm's examples'; rping and udaddy use 7174)")
     pg.add_argument("--src", help="source address to bind (default: the routing tables choose)")
     pg.add_argument("--ps", default="tcp", metavar="tcp|udp", help="port space: tcp (RC, the default) or udp "
                                                                    "(UD: SIDR)")
@@ -1212,12 +1246,16 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--json", action="store_true", help="one JSON object per event, one per line, as they come")
     ls.set_defaults(func=cmd_listen)
     _usage_exits_3(ls)
+    setattr(p, "_subcommands", {"ping": pg, "listen": ls})
     return p
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # refused by the subcommand's parser: ping and listen exit 3, as for any bad input
+        sub = getattr(parser, "_subcommands", {}).get(getattr(args, "command", None), parser)
+        sub.error("unrecognized arguments: %s" % " ".join(extra))
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE

@@ -253,6 +253,9 @@ class KernelDevice:
         if legacy is None:
             legacy = getattr(type(self), "legacy", None)  # a subclass may fix it
         self.legacy = (not kernel_at_least(3, 11)) if legacy is None else bool(legacy)
+        #: CONNECT and ACCEPT carry ECE (5.8+); older kernels read the command's first 280
+        #: bytes and ignore the rest, so a non-zero ECE would be dropped unsaid
+        self.ece = kernel_at_least(5, 8)
         self._open()
         self._release = weakref.finalize(self, _release, self._number)
 

@@ -112,8 +112,8 @@ class EventChannel:
         self.closed = False
         self._create_replies: List[ReplyBuffer] = [ReplyBuffer(_hot.CREATE_REPLY_SIZE)]
         self._destroy_replies: List[ReplyBuffer] = [ReplyBuffer(_hot.DESTROY_REPLY_SIZE)]
-        self._r_query = ReplyBuffer(max(wire.COMMAND["QUERY_ADDR"].out, wire.COMMAND["QUERY_ROUTE"].out,
-                                        wire.QUERY_PATH_REPLY_SIZE))
+        # every QUERY's reply fits (the kernel writes up to the command's ``out``)
+        self._r_query = ReplyBuffer(max(wire.COMMAND[name].out for name in wire.QUERY_REPLIES))
         self._r_event = ReplyBuffer(EVENT_RESP_SIZE)
         self._event_view = self._r_event.view
         self._b_get_event = _GET_EVENT.encode(self._r_event.address)

@@ -44,7 +44,7 @@ from ._device import ReplyBuffer
 from .addr import AF_IB, Address, AddressLike, parse_address
 from .errors import EventError, KernelError, StateError, UsageError
 from .events import Event
-from .records import AddrInfo, ConnParam, DeviceRef, PathRecord, QpAttr
+from .records import AddrInfo, ConnParam, DeviceRef, PathRecord, QpAttr, ServiceRecord
 from .state import OUTCOMES, Call, Kind, State, kind_of, next_state, refusal
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -406,6 +406,9 @@ class CmId:
             raise UsageError("ece must be a (vendor_id, attr_mod) pair of ints, got %r" % (ece,))
         _u("ece vendor_id", ece[0], 0xFFFFFFFF)
         _u("ece attr_mod", ece[1], 0xFFFFFFFF)
+        if ece != (0, 0) and not getattr(self.channel._t, "ece", True):
+            raise UsageError("this kernel carries no ECE (Linux 5.8 and later do): it would drop the "
+                             "(vendor_id, attr_mod) given; leave ece out")
         if data is not p.private_data:
             p = dataclasses.replace(p, private_data=data)
         return p, qp_num
@@ -829,6 +832,47 @@ class CmId:
         self._alive("query_path")
         return self._ask("QUERY_PATH", abi.QueryOption.PATH, b"",
                          lambda view: wire.path_records(bytes(view[: wire.QUERY_PATH_REPLY_SIZE])))
+
+    def query_ib_service(self) -> List[ServiceRecord]:
+        """QUERY IB_SERVICE (Linux 6.17+): the service records RESOLVE_IB_SERVICE found (up to
+        six), [] when there are none (the kernel's ENODATA).  Older kernels refuse the option
+        (ENOSYS)."""
+        self._alive("query_ib_service")
+        try:
+            total, recs = self._ask("QUERY_IB_SERVICE", abi.QueryOption.IB_SERVICE, b"",
+                                    lambda view: wire.service_records(bytes(view[: wire.QUERY_IB_SERVICE_REPLY_SIZE])))
+        except KernelError as e:
+            if e.errno == errno.ENODATA:  # the kernel has none (nothing resolved)
+                return []
+            raise
+        return recs
+
+    def resolve_ib_service(self, service_id: Optional[int] = None, name: Optional[str] = None) -> Optional[Event]:
+        """``rdma_resolve_addrinfo`` with an SA hint (RESOLVE_IB_SERVICE, Linux 6.17+): ask the
+        InfiniBand SA for the service records of ``service_id`` and/or ``name`` on the bound
+        device; ADDRINFO_RESOLVED (then :meth:`query_ib_service`, and resolve_route) or
+        ADDRINFO_ERROR follows.  RoCE and iWARP have no SA: the kernel refuses (EOPNOTSUPP);
+        older kernels do not know the command (EINVAL)."""
+        flags = 0
+        sid = 0
+        raw_name = b""
+        if service_id is not None:
+            sid = _u("service_id", service_id, 0xFFFFFFFFFFFFFFFF)
+            flags |= abi.IbServiceFlag.ID
+        if name is not None:
+            if not isinstance(name, str):
+                raise UsageError("name must be a str, got %r" % (name,))
+            raw_name = name.encode()
+            if len(raw_name) >= abi.RDMA_USER_CM_IB_SERVICE_NAME_SIZE:
+                raise UsageError("a service name has at most %d bytes" % (abi.RDMA_USER_CM_IB_SERVICE_NAME_SIZE - 1))
+            flags |= abi.IbServiceFlag.NAME
+        if not flags:
+            raise UsageError("resolve_ib_service needs a service_id, a name, or both")
+        data = _CMD["RESOLVE_IB_SERVICE"].encode(self.handle, 0, sid, raw_name, int(flags), 0)
+        self._call(Call.RESOLVE_IB_SERVICE, data, "RESOLVE_IB_SERVICE")
+        if self.channel._wait_first and self.sync:
+            return self._complete(Call.RESOLVE_IB_SERVICE, "RESOLVE_IB_SERVICE")
+        return None
 
     # -- librdmacm's accessors
     def get_local_addr(self) -> Optional[Address]:

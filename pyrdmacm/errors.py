@@ -79,6 +79,7 @@ _COMMAND_HINTS = {
     ("JOIN_IP_MCAST", _errno.EINVAL): "a join needs a datagram id (PortSpace.UDP or IPOIB) bound to an RDMA device",
     ("LEAVE_MCAST", _errno.ENOENT): "the kernel knows no such membership (left already?)",
     ("SET_OPTION", _errno.ENOSYS): "the kernel has no such option",
+    ("QUERY", _errno.ENOSYS): "this kernel does not know that QUERY option (IB_SERVICE needs Linux 6.17)",
     ("SET_OPTION", _errno.EINVAL): "the kernel refused the option in this state or with this value",
     ("MIGRATE_ID", _errno.EINVAL): "the id's channel is no rdma_cm fd of this process",
     ("MIGRATE_ID", _errno.ENOENT): "the kernel knows no such id on the old channel",

@@ -18,7 +18,7 @@ from typing import Optional, Tuple, Union
 from .abi import QpAttrMask
 from .addr import Address
 
-__all__ = ["DeviceRef", "AddrInfo", "PathRecord", "ConnParam", "AhAttr", "UdParam", "QpAttr", "MTU_BYTES",
+__all__ = ["DeviceRef", "AddrInfo", "PathRecord", "ServiceRecord", "ConnParam", "AhAttr", "UdParam", "QpAttr", "MTU_BYTES",
            "mtu_bytes"]
 
 #: IBTA's MTU code (``enum ib_mtu``) -> bytes
@@ -91,6 +91,19 @@ class PathRecord:
     def mtu_bytes(self) -> Union[int, None]:
         """The path MTU in bytes (1024 for code 3); None for a code IBTA does not define."""
         return mtu_bytes(self.mtu)
+
+
+@dataclass(frozen=True)
+class ServiceRecord:
+    """One IB SA ServiceRecord as QUERY IB_SERVICE returns it (``ib_user_service_rec``,
+    Linux 6.17+): the service's id, the GID and pkey that offer it, its lease, key and name."""
+
+    id: int
+    gid: ipaddress.IPv6Address
+    pkey: int
+    lease: int
+    key: bytes
+    name: str
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 from . import abi
 from ._codec import CODECS, Codec, _format_items
 from .addr import Address, unpack_sockaddr
-from .records import AhAttr, ConnParam, PathRecord, QpAttr, UdParam
+from .records import AhAttr, ConnParam, PathRecord, QpAttr, ServiceRecord, UdParam
 
 __all__ = [
     "Command",
@@ -48,6 +48,8 @@ __all__ = [
     "decode_qp_attr",
     "conn_fields",
     "encode_path_record",
+    "service_records",
+    "QUERY_IB_SERVICE_REPLY_SIZE",
     "addr_reply_prefill",
     "route_reply_prefill",
     "NO_INDEX",
@@ -64,6 +66,11 @@ QUERY_PATH_MAX = 6
 _PATH_HEAD = CODECS["rdma_ucm_query_path_resp"]
 _PATH_DATA = CODECS["ib_path_rec_data"]
 QUERY_PATH_REPLY_SIZE = _PATH_HEAD.size + QUERY_PATH_MAX * _PATH_DATA.size
+_SERVICE_HEAD = CODECS["rdma_ucm_query_ib_service_resp"]
+_SERVICE_REC = CODECS["ib_user_service_rec"]
+#: librdmacm's first QUERY IB_SERVICE buffer holds 6 records (then it asks again for more)
+QUERY_IB_SERVICE_MAX = 6
+QUERY_IB_SERVICE_REPLY_SIZE = _SERVICE_HEAD.size + QUERY_IB_SERVICE_MAX * _SERVICE_REC.size
 #: ``ibdev_index`` when the kernel did not write one (kernels before 5.8): librdmacm's -1
 NO_INDEX = 0xFFFFFFFF
 
@@ -141,14 +148,17 @@ def _commands() -> Dict[str, Command]:
         if cmd is C.QUERY:
             out["QUERY_ADDR"] = Command(cmd, reply="rdma_ucm_query_addr_resp")  # ADDR and GID
             out["QUERY_PATH"] = Command(cmd, out=QUERY_PATH_REPLY_SIZE)
+            out["QUERY_IB_SERVICE"] = Command(cmd, out=QUERY_IB_SERVICE_REPLY_SIZE)
             continue
         out[cmd.name] = Command(cmd)
     return out
 
 
 #: Every command, by its name (``"CREATE_ID"``, ...; QUERY as ``QUERY_ADDR`` for the ADDR
-#: and GID options and ``QUERY_PATH`` for PATH, whose reply sizes differ).
+#: and GID options, ``QUERY_PATH`` for PATH and ``QUERY_IB_SERVICE``, whose reply sizes differ).
 COMMAND: Dict[str, Command] = _commands()
+#: The commands whose reply goes into a channel's query buffer (it is as large as the largest).
+QUERY_REPLIES = ("QUERY_ADDR", "QUERY_PATH", "QUERY_IB_SERVICE", "QUERY_ROUTE")
 
 
 # --------------------------------------------------------------------------- replies
@@ -413,3 +423,19 @@ def encode_path_record(p: PathRecord) -> bytes:
         (p.mtu_selector << 6) | p.mtu, (p.rate_selector << 6) | p.rate,
         (p.packet_life_time_selector << 6) | p.packet_life_time, p.preference, bytes(6))
     return _PATH_DATA.pack(p.flags, 0, rec)
+
+
+_SR = {n: i for i, n in enumerate(_SERVICE_REC.names)}
+
+
+def service_records(raw: bytes) -> Tuple[int, List[ServiceRecord]]:
+    """QUERY IB_SERVICE's reply: how many records the kernel has, and those that fit."""
+    total = _SERVICE_HEAD.unpack_from(raw)[_SERVICE_HEAD.index("num_service_recs")]
+    out: List[ServiceRecord] = []
+    size = _SERVICE_REC.size
+    for k in range(min(total, (len(raw) - _SERVICE_HEAD.size) // size)):
+        v = _SERVICE_REC.unpack_from(raw, _SERVICE_HEAD.size + k * size)
+        out.append(ServiceRecord(v[_SR["id"]], ipaddress.IPv6Address(v[_SR["gid"]]), v[_SR["pkey"]],
+                                 v[_SR["lease"]], v[_SR["key"]], v[_SR["name"]].split(b"\0", 1)[0].decode(
+                                     "utf-8", "replace")))
+    return total, out

@@ -8,6 +8,7 @@ the kernel tier says so.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import itertools
 import os
@@ -449,3 +450,27 @@ def test_write_event_where_the_kernel_has_it(link: Link):
             return
         ev = wait(cc, E.USER)
         assert ev.id is c and ev.param == (0x55667788, 0x11223344)
+
+
+def test_ib_service_records_where_the_kernel_and_the_fabric_have_them(link: Link):
+    """RESOLVE_IB_SERVICE and QUERY IB_SERVICE came in Linux 6.17; RoCE has no SA to ask."""
+    with link.client() as cc:
+        c = CmId(cc)
+        c.bind_addr(link.client_ip)
+        with pytest.raises(UsageError, match="service_id, a name"):
+            c.resolve_ib_service()
+        with pytest.raises(KernelError) as info:
+            c.resolve_ib_service(service_id=0x1234)
+        if link.kernel is not None and link.kernel < (6, 17):
+            assert info.value.errno == errno.EINVAL and "6.17" in str(info.value)
+        else:
+            assert info.value.errno == errno.EOPNOTSUPP and "SA" in str(info.value)
+        assert c.state is State.ADDR_BOUND  # refused: nothing changed
+        if link.kernel is not None and link.kernel < (6, 17):
+            with pytest.raises(KernelError) as info:
+                c.query_ib_service()
+            assert info.value.errno == errno.ENOSYS and "6.17" in str(info.value)
+        else:
+            assert c.query_ib_service() == []  # nothing resolved: the kernel's ENODATA
+        c.resolve_addr(link.server_ip, timeout_ms=2000)  # and the id still works
+        wait(cc, E.ADDR_RESOLVED)

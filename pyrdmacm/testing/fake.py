@@ -632,6 +632,10 @@ class FakeKernel:
                 flags = abi.IbPathFlag.GMP | abi.IbPathFlag.PRIMARY | abi.IbPathFlag.BIDIRECTIONAL
                 raw += struct.pack("<II", int(flags), 0) + rec
             write_to_address(f["response"], raw)
+        elif opt == abi.QueryOption.IB_SERVICE and self.max_cmd >= C.RESOLVE_IB_SERVICE:
+            # 6.17+: the service records of the last RESOLVE_IB_SERVICE; the fake's SA finds none,
+            # and a kernel with none answers ENODATA (seen on 7.2)
+            raise _err(errno.ENODATA)
         else:
             raise _err(errno.ENOSYS)
 

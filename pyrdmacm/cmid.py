@@ -20,6 +20,14 @@ pyrdmacm asks on first use of what they return (``local_addr``, ``device``,
 ``sgid``, ``query_path()`` ...) and caches the answer until the id's state
 changes: the same answers, without the cost for callers that never ask.
 
+Connections (``connect``/``establish``, ``listen``/``accept``/``reject``/``notify``,
+``disconnect``) take their parameters as one :class:`~pyrdmacm.records.ConnParam`; the
+QP number is the caller's (pyrdmacm has no QP: the kernel carries the number to the
+peer) or one allocated unique in the process (:func:`allocate_qp_num`).  Datagram ids
+connect through SIDR and join multicast groups (:class:`Membership`).  The private
+data of each message is checked against what the IB CM carries
+(:func:`pyrdmacm.abi.cm_private_data_limit`) before the syscall.
+
 With no channel (``CmId(None, ...)``), an id gets a private channel and its
 calls block until their outcome (librdmacm's synchronous mode; the outcome is
 :data:`pyrdmacm.state.OUTCOMES`'): a failure event raises
@@ -737,6 +745,12 @@ class CmId:
 
     Never blocks: events not yet acked are reported with an
     :class:`UnackedEventsWarning` (librdmacm would wait for them for ever).
+
+    Destroying is a CM verb: by the connection's state the kernel's IB CM sends the peer
+    a REJ 4 (TIMEOUT: our REQ was still outstanding), a REJ 28 without data (a request
+    not yet answered, or a REP not yet answered by an RTU), a DREQ and timewait (an
+    established connection), or the DREP (a DREQ received and not yet answered).  UD
+    ids send nothing.  Closing the channel destroys all its ids the same way.
     """
 
     def __enter__(self) -> "CmId":

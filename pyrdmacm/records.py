@@ -123,7 +123,10 @@ class ConnParam:
 
     On a received event, ``private_data`` is what the message carried: the kernel gives
     the whole field of the message (56 bytes in a REQ of an IP id, 196 in a REP ...), the
-    sender's data padded with zeros, because the IB CM does not send the length.
+    sender's data padded with zeros, because the IB CM does not send the length.  The IB
+    CM hands each side the other's view: a REQ's responder resources arrive as the
+    passive side's initiator depth and the other way round.  A REP carries no retry count:
+    on CONNECT_RESPONSE ``retry_count`` reads 0.
     """
 
     qp_num: Optional[int] = None

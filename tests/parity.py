@@ -11,8 +11,10 @@ events, addresses, device, GIDs) and strace records every ``write()`` it made.
 scenario's marker (a write of ``parity-start`` to fd -1), which leaves librdmacm's
 start-up probe out, and decodes each with :mod:`pyrdmacm.decode`.  :func:`normalise`
 replaces what legitimately differs between two processes by its structure: reply
-pointers become ``"ptr"`` (or 0), the ``uid`` each library chose and the kernel's id
-handles become ordinals in order of appearance.
+pointers and SET_OPTION's value pointer become ``"ptr"`` (or 0), the ``uid`` each
+library chose and the kernel's id handles become ordinals in order of appearance (the
+handles of multicast groups, LEAVE_MCAST's ``id``, counted apart: the kernel numbers
+them in a table of their own).
 
 :func:`compare` then says how the two runs differ: the non-QUERY commands must be the
 same sequence (command, sizes, every field, return value and errno); every QUERY
@@ -94,17 +96,22 @@ def normalise(stream: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Pointers, uids and kernel handles replaced by their structure (see module doc)."""
     uids: Dict[int, int] = {}
     handles: Dict[int, int] = {}
+    groups: Dict[int, int] = {}
     out = []
     for cmd in stream:
         cmd = json.loads(json.dumps(cmd))
         body = cmd.get("body")
         if isinstance(body, dict):
-            if "response" in body:
-                body["response"] = "ptr" if body["response"] else 0
+            for pointer in ("response", "optval"):
+                if pointer in body:
+                    body[pointer] = "ptr" if body[pointer] else 0
             if "uid" in body:
                 body["uid"] = "uid%d" % uids.setdefault(body["uid"], len(uids))
             if "id" in body:
-                body["id"] = "id%d" % handles.setdefault(body["id"], len(handles))
+                if cmd.get("cmd") == "LEAVE_MCAST":
+                    body["id"] = "mc%d" % groups.setdefault(body["id"], len(groups))
+                else:
+                    body["id"] = "id%d" % handles.setdefault(body["id"], len(handles))
         out.append(cmd)
     return out
 

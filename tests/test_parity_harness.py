@@ -1,6 +1,8 @@
 """The parity harness (tests/parity.py) on synthetic strace logs: what it keeps, what it flags."""
 
+import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -77,6 +79,29 @@ def test_a_different_field_or_an_extra_query_is_reported():
     assert parity.compare(norm(create(1, 0x10), query(0x20, 9, 0), destroy(0x30, 9)), fewer_queries) == []
 
 
+def set_option(optval, handle):
+    return COMMAND["SET_OPTION"].header + CODECS["rdma_ucm_set_option"].pack(optval, handle, 0, 0, 1)
+
+
+def leave(response, group):
+    return COMMAND["LEAVE_MCAST"].header + CODECS["rdma_ucm_destroy_id"].pack(response, group, 0)
+
+
+def test_option_pointers_compare_by_structure_and_values_stay():
+    a = norm(create(1, 0x10), set_option(0x7FFF1234, 4))
+    b = norm(create(9, 0x20), set_option(0x55AA, 77))
+    assert parity.compare(a, b) == []
+    assert a[1]["body"]["optval"] == "ptr" and a[1]["body"]["optname"] == 0
+
+
+def test_multicast_handles_are_counted_apart_from_id_handles():
+    # one run's group handle happens to equal an id handle, the other's does not: same structure
+    a = norm(create(1, 0x10), set_option(0x1, 5), leave(0x30, 5), destroy(0x40, 5))
+    b = norm(create(2, 0x10), set_option(0x1, 8), leave(0x30, 0), destroy(0x40, 8))
+    assert parity.compare(a, b) == []
+    assert a[2]["body"]["id"] == "mc0" and a[3]["body"]["id"] == "id0"
+
+
 def test_reports_compare_step_by_step_with_ephemeral_ports():
     lib = {"steps": [{"call": "info", "src_port": 40001, "device": "rxe0"}]}
     assert parity.compare_reports(lib, {"steps": [{"call": "info", "src_port": 51234, "device": "rxe0"}]}) == []
@@ -95,3 +120,13 @@ def test_hung_program_report_is_kept(tmp_path):
     report, stream = parity.run_traced([sys.executable, str(script)], str(tmp_path / "log"), timeout=2)
     assert report == {"impl": "x", "steps": [{"call": "a"}], "hung": True}
     assert stream == []
+
+
+def test_both_case_programs_speak_the_same_steps():
+    tools = Path(parity.__file__).resolve().parent.parent / "tools" / "parity"
+    c_words = set(re.findall(r'strcmp\(step, "([a-z-]+)"\)', (tools / "librdmacm_case.c").read_text()))
+    py_text = (tools / "pyrdmacm_case.py").read_text()
+    py_words = set(re.findall(r'step == "([a-z-]+)"', py_text))
+    for group in re.findall(r"step in \(([^)]*)\)", py_text):
+        py_words |= set(re.findall(r'"([a-z-]+)"', group))
+    assert "wait-event" in c_words and c_words == py_words

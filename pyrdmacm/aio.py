@@ -43,11 +43,34 @@ again (a Task each)::
         events = await asyncio.gather(*(ach.start_resolve_route(i, 2000) for i in ids))  # one per id
         ev = await ach.resolve_addr(other, "10.0.0.3")                      # one coroutine
 
+Connections are awaited the same way, the handshake's own steps done by the helpers::
+
+    async def serve(ach, lst):                      # lst: a listening CmId of ach's channel
+        async for req in ach.requests(lst):         # the CONNECT_REQUESTs of that listener
+            ev = await ach.accept(req, private_data=b"welcome")     # ESTABLISHED
+
+    ev = await ach.connect(cm, private_data=b"hello")   # CONNECT_RESPONSE; the RTU is sent
+    ev = await ach.disconnect(cm)                   # this side's DISCONNECTED
+    ev = await ach.wait_event(cm, CmEventType.TIMEWAIT_EXIT, timeout=5)
+    membership, ev = await ach.join_multicast(ud_id, "239.1.1.1")   # MULTICAST_JOIN
+
+``connect`` sends the RTU (``establish()``) on CONNECT_RESPONSE before it returns; a
+datagram id's connect returns ESTABLISHED (the SIDR REP), its accept None at once (no
+event follows).  REJECTED, UNREACHABLE, CONNECT_ERROR, MULTICAST_ERROR raise EventError
+(the event attached: reason, private data, ``explain()``) unless ``raise_on_error=False``.
+The reader routes what no id's waiter takes: a CONNECT_REQUEST (its ``id`` a new id, not
+registered until accept gives it a uid) to its listener's ``requests()`` iterators, a
+multicast event to the waiter of its membership (the uid is the membership's), everything
+else to ``get_event``.  ``wait_event`` takes an event of the id that came before it was
+called from get_event's queue; ``requests()`` takes the listener's requests queued there
+before it started, and gives back those it did not yield when it ends.  A peer's DREQ is
+answered by the channel itself; ``disconnect`` after it sends nothing.
+
 Faults have defined outcomes.  :meth:`AsyncChannel.close` (and the EventChannel's own
 ``close()``, even behind the adapter's back: the adapter watches a copy of the channel's
 waker, which ``close()`` signals) fails every waiter -- outcome futures, batches,
 ``get_event`` -- with :class:`~pyrdmacm.errors.StateError` "the channel was closed";
-every later call fails the same way.  The loop's readers are removed by the fd numbers
+every later call fails the same way; ``requests()`` iterations end.  The loop's readers are removed by the fd numbers
 they were registered under, and an adapter that finds a dead one's reader under its
 channel's fd number replaces it, so a new channel given the same number by the kernel
 sees its events.

@@ -14,6 +14,14 @@ pyrdmacm deliberately refuses earlier, ``known`` records both behaviours and why
 Topology "single": eth0 10.0.2.15/24 + fec0::15/64 with rxe0; the gateway 10.0.2.2 /
 fec0::2 answers ARP and ND; nobody answers at 10.0.2.200.  "pair": the peer 10.9.0.1.
 "multihomed": see tools/lab.
+
+The connection rows run both ends in one process, over rxe0's loopback: a listener
+``@s`` on 10.0.2.15, a client ``@c`` connecting to it, and ``@r``, the id of the
+request (``get-request``), all on one event channel; so one command stream holds both
+sides' commands, in the order the scenario makes them.  Neither end has a QP: the QP
+numbers are given (distinct for the two ends and from row to row; the kernel's IB CM
+refuses a second live connection with the same remote QP number and CA GUID), the
+client's RTU is ``establish``, and nothing waits for a timewait.
 """
 
 from __future__ import annotations
@@ -68,6 +76,24 @@ RESOLVED = {"event": "RDMA_CM_EVENT_ADDR_RESOLVED", "status": 0}
 ROUTED = {"event": "RDMA_CM_EVENT_ROUTE_RESOLVED", "status": 0}
 TIMED_OUT = {"event": "RDMA_CM_EVENT_ADDR_ERROR", "status": -110}
 ON_RXE0 = {"device": "rxe0", "port_num": 1}
+
+
+def event(name: str, status: int = 0, **fields: Any) -> Dict[str, Any]:
+    """What a ``wait-event`` step must have reported."""
+    return dict(call="wait_event", event="RDMA_CM_EVENT_" + name, status=status, **fields)
+
+
+def called(call: str, **fields: Any) -> Dict[str, Any]:
+    return dict(call=call, ret=0, errno=0, **fields)
+
+
+# The connection rows' common start (steps 0-7): a listener on 10.0.2.15:7471, a client
+# resolved to it.
+LISTENER = "@s create tcp bind 10.0.2.15:7471 listen 8 "
+CLIENT = ("@c create tcp resolve 10.0.2.15:7471 - 2000 wait-event ADDR_RESOLVED "
+          "route 2000 wait-event ROUTE_RESOLVED ")
+CONNECTION_TIMEOUT = 20
+RDMA_UDP_QKEY = 0x01234567
 
 CASES: List[Case] = [
     Case("own_address", steps("create tcp resolve 10.0.2.15 - 2000 wait info route 2000 wait info destroy"),
@@ -134,6 +160,72 @@ CASES: List[Case] = [
          known=Known("librdmacm's rdma_destroy_id waits until every event it reported is acked: here for "
                      "ever (the run is killed); pyrdmacm destroys at once and says so with an "
                      "UnackedEventsWarning", 3, {"hung": True}, {"ret": 0, "warning": "UnackedEventsWarning"})),
+    # -- connections (loopback on rxe0, both ends in one process: see the module's docstring)
+    Case("connect_establish_disconnect",
+         steps(LISTENER + CLIENT + "connect 0x100001 wait-event CONNECT_REQUEST @r get-request accept 0x100002 "
+               "wait-event CONNECT_RESPONSE @c establish wait-event ESTABLISHED @c disconnect "
+               "wait-event DISCONNECTED @r disconnect wait-event DISCONNECTED @r destroy @c destroy @s destroy"),
+         {2: called("listen"), 8: called("connect"), 9: event("CONNECT_REQUEST", on="@s", qp_num=0x100001, pd_len=56),
+          10: called("accept"), 11: event("CONNECT_RESPONSE", on="@c", qp_num=0x100002, pd_len=196),
+          12: called("establish"), 13: event("ESTABLISHED", on="@r"), 14: called("disconnect"),
+          15: event("DISCONNECTED", on="@r"), 16: called("disconnect"), 17: event("DISCONNECTED", on="@c"),
+          18: called("destroy_id"), 19: called("destroy_id"), 20: called("destroy_id")},
+         timeout=CONNECTION_TIMEOUT),
+    Case("accept_private_data_notify",
+         steps(LISTENER + CLIENT + "connect 0x100011 68656c6c6f wait-event CONNECT_REQUEST @r get-request "
+               "accept 0x100012 7372762d70726976617465 wait-event CONNECT_RESPONSE notify wait-event ESTABLISHED "
+               "notify @c establish @c destroy @r destroy @s destroy"),
+         {9: event("CONNECT_REQUEST", on="@s", qp_num=0x100011, pd_len=56, pd="68656c6c6f"),
+          10: called("accept"),
+          11: event("CONNECT_RESPONSE", on="@c", qp_num=0x100012, pd_len=196, pd="7372762d70726976617465"),
+          12: called("notify"), 13: event("ESTABLISHED", on="@r"),
+          14: {"call": "notify", "ret": -1, "errno": 106},  # EISCONN: established already
+          15: called("establish")},
+         timeout=CONNECTION_TIMEOUT),
+    Case("reject_private_data",
+         steps(LISTENER + CLIENT + "connect 0x100021 wait-event CONNECT_REQUEST @r get-request "
+               "reject 7365727665722d66756c6c wait-event REJECTED @r destroy @c destroy @s destroy"),
+         {10: called("reject"), 11: event("REJECTED", 28, on="@c", pd_len=148, pd="7365727665722d66756c6c")},
+         timeout=CONNECTION_TIMEOUT),
+    Case("ud_connect_accept",
+         steps("@s create udp bind 10.0.2.15:7472 listen 8 @c create udp resolve 10.0.2.15:7472 - 2000 "
+               "wait-event ADDR_RESOLVED route 2000 wait-event ROUTE_RESOLVED connect 0x100041 68656c6c6f "
+               "wait-event CONNECT_REQUEST @r get-request accept 0x100042 6f6b wait-event ESTABLISHED "
+               "@r destroy @c destroy @s destroy"),
+         {9: event("CONNECT_REQUEST", on="@s", pd_len=180, pd="68656c6c6f"), 10: called("accept"),
+          11: event("ESTABLISHED", on="@c", qp_num=0x100042, qkey=RDMA_UDP_QKEY, pd_len=136, pd="6f6b")},
+         timeout=CONNECTION_TIMEOUT),
+    Case("multicast_join_sendonly_leave",
+         steps("create udp bind 10.0.2.15 join 239.1.1.1 wait-event MULTICAST_JOIN join 239.1.1.2 sendonly "
+               "wait-event MULTICAST_JOIN leave 239.1.1.1 leave 239.1.1.2 destroy"),
+         {2: called("join_multicast"), 3: event("MULTICAST_JOIN", on="", qp_num=0xFFFFFF, qkey=RDMA_UDP_QKEY),
+          4: called("join_multicast"), 5: event("MULTICAST_JOIN", on="", qp_num=0xFFFFFF, qkey=RDMA_UDP_QKEY),
+          6: called("leave_multicast"), 7: called("leave_multicast")},
+         timeout=CONNECTION_TIMEOUT),
+    Case("set_options",
+         steps("@t create tcp set-reuseaddr set-afonly set-tos 104 set-ack-timeout 14 bind 10.0.2.15:7473 destroy "
+               "@u create udp set-ack-timeout 14 destroy"),
+         {1: called("set_option"), 2: called("set_option"), 3: called("set_option"), 4: called("set_option"),
+          5: called("bind_addr")},
+         known=Known("ACK_TIMEOUT on a datagram id: the kernel refuses it (EINVAL: an RC QP's timeout); "
+                     "pyrdmacm's state table refuses it before the syscall (StateError, errno EINVAL)",
+                     8, {"ret": -1, "errno": 22}, {"ret": -1, "errno": 22, "refused": "StateError"},
+                     unsent="SET_OPTION")),
+    # what TOS and ACK_TIMEOUT do shows in the QP attributes: the RTR address handle's traffic
+    # class (both ends: the REQ carries the path) and the RTS timeout
+    Case("init_qp_attr_after_connect",
+         steps(LISTENER + "@c create tcp set-tos 104 set-ack-timeout 14 resolve 10.0.2.15:7471 - 2000 "
+               "wait-event ADDR_RESOLVED route 2000 wait-event ROUTE_RESOLVED connect 0x100051 "
+               "wait-event CONNECT_REQUEST @r get-request init-qp-attr RTR accept 0x100052 "
+               "wait-event CONNECT_RESPONSE @c init-qp-attr INIT init-qp-attr RTR init-qp-attr RTS establish "
+               "wait-event ESTABLISHED @r init-qp-attr RTS @c destroy @r destroy @s destroy"),
+         {12: called("init_qp_attr", mask=0x129181, qp_state=2, dest_qp_num=0x100051, ah_traffic_class=104),
+          15: called("init_qp_attr", qp_state=1),
+          16: called("init_qp_attr", mask=0x129181, qp_state=2, dest_qp_num=0x100052,
+                     ah_dgid="::ffff:10.0.2.15", ah_traffic_class=104),
+          17: called("init_qp_attr", mask=0x12E01, qp_state=3, timeout=14, retry_cnt=5, rnr_retry=7),
+          19: event("ESTABLISHED", on="@r"), 20: called("init_qp_attr", qp_state=3)},
+         timeout=CONNECTION_TIMEOUT),
     Case("remote_host", steps("create tcp resolve 10.9.0.1 - 2000 wait info route 2000 wait info destroy"),
          {2: RESOLVED, 3: dict(ON_RXE0, local="10.9.0.2", peer="10.9.0.1"), 5: ROUTED}, topology="pair"),
     Case("second_nic", steps("create tcp resolve 10.1.0.2 - 2000 wait info destroy"),

@@ -265,3 +265,39 @@ def test_pyrdmacm_to_pyrdmacm_private_data_byte_for_byte(peer, mode):
         code, out, err = srv.wait(30)
         assert code == 0, err
         c.destroy()
+
+
+def test_send_only_join_matches_mckey_o():
+    mckey = subprocess.run(["mckey", "-m", "239.1.1.2", "-b", HERE, "-C", "0", "-o"], capture_output=True,
+                           text=True, timeout=30)
+    assert mckey.returncode == 0, mckey.stderr
+    [joined] = [ln for ln in lines(mckey.stdout) if ln.startswith("mckey: joined dgid:")]
+    with EventChannel() as ch:
+        u = CmId(ch, PortSpace.UDP)
+        u.bind_addr(HERE)
+        m = u.join_multicast("239.1.1.2", send_only=True)
+        p = wait(ch, E.MULTICAST_JOIN).param
+        assert m.send_only and joined == "mckey: joined dgid: ::ffff:%s mlid 0x%x sl %d" % (
+            p.ah.dgid.ipv4_mapped, p.ah.dlid, p.ah.sl)
+        u.destroy()
+
+
+def test_ucmatose_tos_reaches_our_request_ids_qp_attributes(peer):
+    """ucmatose -t sets the TOS on its side before resolving the route: the REQ's path
+    carries the traffic class, and the passive side's RTR address handle has it."""
+    with EventChannel() as ch:
+        lst = listening(ch, 7471)
+        client = peer.start(["ucmatose", "-s", HERE, "-C", "0", "-t", "104"], line_buffered=True)
+        req = wait(ch, E.CONNECT_REQUEST).id
+        req.accept(responder_resources=1, initiator_depth=1)
+        wait(ch, E.ESTABLISHED)
+        from pyrdmacm.abi import QpState
+
+        assert req.init_qp_attr(QpState.RTR).ah_attr.traffic_class == 104
+        assert req.query_path()[0].traffic_class == 104
+        req.disconnect()
+        wait(ch, E.DISCONNECTED)
+        code, out, err = client.wait(30)
+        assert code == 0, (out, err)
+        req.destroy()
+        lst.destroy()

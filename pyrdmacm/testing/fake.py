@@ -40,7 +40,6 @@ without a QP are :class:`pyrdmacm.testing.FakeFabric`'s (:mod:`pyrdmacm.testing.
 from __future__ import annotations
 
 import ctypes
-import enum
 import errno
 import ipaddress
 import itertools
@@ -84,37 +83,9 @@ UDP_QKEY = 0x01234567
 ENOTSUPP = 524
 
 
-class QpState(enum.IntEnum):
-    """``enum ib_qp_state``: INIT_QP_ATTR's ``qp_state``."""
-
-    RESET = 0
-    INIT = 1
-    RTR = 2
-    RTS = 3
-    SQD = 4
-    SQE = 5
-    ERR = 6
-
-
-class QpAttrMask(enum.IntFlag):
-    """``enum ib_qp_attr_mask``: the bits of ``ib_uverbs_qp_attr.qp_attr_mask``."""
-
-    STATE = 1 << 0
-    ACCESS_FLAGS = 1 << 3
-    PKEY_INDEX = 1 << 4
-    PORT = 1 << 5
-    QKEY = 1 << 6
-    AV = 1 << 7
-    PATH_MTU = 1 << 8
-    TIMEOUT = 1 << 9
-    RETRY_CNT = 1 << 10
-    RNR_RETRY = 1 << 11
-    RQ_PSN = 1 << 12
-    MAX_QP_RD_ATOMIC = 1 << 13
-    MIN_RNR_TIMER = 1 << 15
-    SQ_PSN = 1 << 16
-    MAX_DEST_RD_ATOMIC = 1 << 17
-    DEST_QPN = 1 << 20
+#: the QP states and attribute mask bits (the ABI layer's)
+QpState = abi.QpState
+QpAttrMask = abi.QpAttrMask
 
 
 #: ``IB_ACCESS_REMOTE_WRITE``, ``_READ``, ``_ATOMIC``

@@ -20,3 +20,11 @@ def link():
 
 class TestFakeFabric(suite(conn_behaviour)):
     pass
+
+
+def test_establish_writes_what_encode_dict_makes():
+    """establish()'s ACCEPT is packed from a template: the same bytes as the reference encoder."""
+    from pyrdmacm import cmid, wire
+
+    for handle in (0, 1, 0x12345678, 0xFFFFFFFF):
+        assert cmid._ESTABLISH(handle) == wire.COMMAND["ACCEPT"].encode_dict({"id": handle})

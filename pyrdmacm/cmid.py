@@ -204,7 +204,8 @@ class CmId:
     @property
     def kind(self) -> Kind:
         """How the id connects (:class:`~pyrdmacm.state.Kind`): its QP type decides."""
-        return kind_of(self.ps, self.qp_type)
+        # the stored fields, not the ps/qp_type properties: two calls less
+        return kind_of(getattr(self, "_ps", _PS_TCP), getattr(self, "_qp_type", _QP_RC))
 
     @property
     def sync(self) -> bool:

@@ -48,7 +48,7 @@ class Codec:
     """
 
     __slots__ = ("name", "names", "offsets", "size", "format", "_s", "_be", "unpack_from", "unpack", "pack",
-                 "pack_into")
+                 "pack_into", "_zeros")
 
     def __init__(self, name: str, fmt: str, names: Sequence[str], be: Sequence[Tuple[int, int]]) -> None:
         self.name = name
@@ -59,6 +59,10 @@ class Codec:
         self._s = s = struct.Struct(fmt)
         self.size = s.size
         self._be = tuple(be)
+        #: each field's zero (b"" for a byte string, 0 otherwise): pack_dict's defaults
+        bes = {i for i, _ in self._be}
+        items = _format_items(fmt)
+        self._zeros = tuple(b"" if i not in bes and items[i].endswith("s") else 0 for i in range(len(self.names)))
         if not be:
             self.unpack_from = s.unpack_from
             self.unpack = s.unpack
@@ -112,19 +116,8 @@ class Codec:
 
     def pack_dict(self, values: Dict[str, Any]) -> bytes:
         """Build from a flat ``{dotted name: value}`` dict; missing fields are zero."""
-        out = []
-        for n in self.names:
-            v = values.get(n)
-            if v is None:
-                v = b"" if self._is_bytes(n) else 0
-            out.append(v)
-        return self.pack(*out)
-
-    def _is_bytes(self, name: str) -> bool:
-        i = self.names.index(name)
-        if any(j == i for j, _ in self._be):
-            return False
-        return _format_items(self.format)[i].endswith("s")
+        get = values.get
+        return self.pack(*[z if v is None else v for v, z in zip(map(get, self.names), self._zeros)])
 
     def __repr__(self) -> str:
         return "<Codec %s %r %d bytes>" % (self.name, self.format, self.size)

@@ -200,8 +200,8 @@ def destroy(self: "CmId") -> int:
     pool.append(reply)
     if self._unacked:
         warnings.warn(ch._unacked_warning([self], True), stacklevel=2)
-    if ch._wait_first and self.sync:  # a sync id's channel is its own
-        ch.close()
+    if ch._wait_first and self.sync and not ch._ids:  # a sync id's channel is its own: closed with
+        ch.close()  # its last id (a sync listener's rejected request must not close the listener's)
     return reported
 
 

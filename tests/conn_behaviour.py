@@ -474,3 +474,42 @@ def test_ib_service_records_where_the_kernel_and_the_fabric_have_them(link: Link
             assert c.query_ib_service() == []  # nothing resolved: the kernel's ENODATA
         c.resolve_addr(link.server_ip, timeout_ms=2000)  # and the id still works
         wait(cc, E.ADDR_RESOLVED)
+
+
+def test_a_sync_listener_survives_a_rejected_request(link: Link):
+    """A sync listener's requests share its private channel until accepted: destroying a
+    rejected one must leave the channel, and the listener, working."""
+    port = link.port()
+    server = _sync_id(link.server_transport)
+    server.bind_addr("%s:%d" % (link.server_ip, port))
+    server.listen()
+    results: List[Any] = []
+
+    def passive() -> None:
+        first = server.get_request(10)
+        first.reject(b"not you")
+        first.destroy()
+        second = server.get_request(10)
+        results.append(second.accept())
+
+    t = threading.Thread(target=passive)
+    t.start()
+    try:
+        for want in ("rejected", "accepted"):
+            c = _sync_id(link.client_transport)
+            c.resolve_addr("%s:%d" % (link.server_ip, port), timeout_ms=2000)
+            c.resolve_route(2000)
+            if want == "rejected":
+                with pytest.raises(EventError) as info:
+                    c.connect()
+                assert info.value.event.status == 28
+                assert info.value.event.private_data.startswith(b"not you")
+            else:
+                assert c.connect().event is E.CONNECT_RESPONSE
+            c.destroy()
+    finally:
+        t.join(15)
+    assert results and results[0].event is E.ESTABLISHED
+    assert not server.channel.closed
+    server.destroy()
+    assert server.channel.closed

@@ -513,3 +513,6 @@ def test_a_sync_listener_survives_a_rejected_request(link: Link):
     assert not server.channel.closed
     server.destroy()
     assert server.channel.closed
+    accepted = results[0].id
+    accepted.destroy()  # on its own channel, which closes with it: nothing is left in the kernel
+    assert accepted.channel.closed

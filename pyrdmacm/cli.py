@@ -531,7 +531,7 @@ def _port_space(text: str) -> Any:
 def _private_data_arg(text: Optional[str], limits: Sequence[Tuple[str, int]]) -> bytes:
     """``--private-data HEX`` as bytes, checked against the messages it goes in:
     ``limits`` is ``[(message, family), ...]``."""
-    from .cmid import private_data_limit
+    from .abi import cm_private_data_limit
 
     if text is None:
         return b""
@@ -545,7 +545,7 @@ def _private_data_arg(text: Optional[str], limits: Sequence[Tuple[str, int]]) ->
         raise _BadInput("bad --private-data %r: not hex; give pairs of hex digits (68656c6c6f is 'hello')"
                         % text) from None
     for message, family in limits:
-        limit = private_data_limit(message, family)
+        limit = cm_private_data_limit(message, family)
         if len(data) > limit:
             raise _BadInput("--private-data is %d bytes; a %s of this id carries at most %d: give at most %d "
                             "bytes (%d hex digits)" % (len(data), message.replace("_", " "), limit, limit,

@@ -58,7 +58,7 @@ from .state import OUTCOMES, Call, Kind, State, kind_of, next_state, refusal
 if TYPE_CHECKING:  # pragma: no cover
     from .channel import EventChannel
 
-__all__ = ["CmId", "Membership", "SourceIgnoredWarning", "allocate_qp_num", "private_data_limit"]
+__all__ = ["CmId", "Membership", "SourceIgnoredWarning", "allocate_qp_num"]
 
 E = abi.CmEventType
 _PortSpace = abi.PortSpace
@@ -112,12 +112,15 @@ def port_space(ps: Any, qp_type: Optional[int]) -> Tuple[abi.PortSpace, abi.QpTy
     return ps, _qp_type_for(ps, qp_type)
 
 
-def _private_data(value: Any, limit: int = abi.RDMA_MAX_PRIVATE_DATA) -> bytes:
+def _private_data(value: Any, message: str, family: int) -> bytes:
+    """Private data for ``message`` of an id of ``family``, checked against what the message
+    carries (:func:`pyrdmacm.abi.cm_private_data_limit`)."""
     if not isinstance(value, (bytes, bytearray, memoryview)):
         raise UsageError("private_data must be bytes, got %s" % type(value).__name__)
     data = bytes(value)
+    limit = abi.cm_private_data_limit(message, family)
     if len(data) > limit:
-        raise UsageError("private_data is %d bytes; the CM carries at most %d" % (len(data), limit))
+        raise UsageError("private_data is %d bytes; a %s of this id carries at most %d" % (len(data), message, limit))
     return data
 
 
@@ -262,13 +265,16 @@ class CmId:
             raise
         return new
 
-    def _complete(self, call: Call, command: str, **ctx: Any) -> Event:
-        """Sync mode: wait for this id's outcome event (:data:`~pyrdmacm.state.OUTCOMES`); raise
-        on a failure event."""
+    def _complete(self, call: Call, command: str, membership: "Optional[Membership]" = None,
+                  **ctx: Any) -> Event:
+        """Sync mode: wait for this id's outcome event (:data:`~pyrdmacm.state.OUTCOMES`), or
+        that of its multicast ``membership``; raise on a failure event."""
         outcome = OUTCOMES[(self.kind, call)]
         while True:
             ev = self.channel.get_event(None)
-            if ev is None or ev.id is not self or ev.event not in outcome.events:
+            if ev is None or ev.event not in outcome.events:
+                continue
+            if (ev.membership is not membership) if membership is not None else (ev.id is not self):
                 continue
             ev.ack()
             if ev.event in outcome.failed or ev.status:
@@ -388,14 +394,7 @@ class CmId:
                 unknown = sorted(set(fields) - set(_CONN_FIELDS))
                 raise UsageError("unknown connection parameter%s %s: the fields are %s" % (
                     "s" if len(unknown) > 1 else "", ", ".join(unknown), ", ".join(_CONN_FIELDS))) from None
-        family = getattr(self._peer(), "family", abi.AF_INET)
-        limit = private_data_limit(message, family)
-        data = p.private_data
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise UsageError("private_data must be bytes, got %s" % type(data).__name__)
-        data = bytes(data)
-        if len(data) > limit:
-            raise UsageError("private_data is %d bytes; a %s of this id carries at most %d" % (len(data), message, limit))
+        data = _private_data(p.private_data, message, getattr(self._peer(), "family", abi.AF_INET))
         if p.qp_num is None:
             qp_num = allocate_qp_num()
         else:
@@ -527,14 +526,11 @@ class CmId:
         self._qpn = qp_num
         try:
             self._call(Call.ACCEPT, cmd, "ACCEPT", dst=self._peer())
-        except KernelError:
+        except BaseException as e:
             ch._ids.pop(uid, None)
             self.uid = 0
-            self._state = State.FAILED  # the kernel rejected the request itself (REJ 28)
-            raise
-        except BaseException:
-            ch._ids.pop(uid, None)
-            self.uid = 0
+            if isinstance(e, KernelError):
+                self._state = State.FAILED  # the kernel rejected the request itself (REJ 28)
             raise
         if self.sync and not ud:
             return self._complete(Call.ACCEPT, "ACCEPT", dst=self._peer())
@@ -549,8 +545,7 @@ class CmId:
         CONSUMER_DEFINED), 28, or 35 (VENDOR_OPTION_NOT_SUPPORTED: refusing the ECE
         offered); the kernel takes no other.  The id is FAILED after: destroy it."""
         ud = self.kind is Kind.DATAGRAM
-        limit = private_data_limit("SIDR_REP" if ud else "REJ", abi.AF_INET)
-        data = _private_data(private_data, limit)
+        data = _private_data(private_data, "SIDR_REP" if ud else "REJ", abi.AF_INET)
         if reason is None:
             code = 0
         else:
@@ -619,14 +614,7 @@ class CmId:
         m.handle = reply.u32[0]
         self._memberships()[m.uid] = m
         if self.sync:
-            outcome = OUTCOMES[(self.kind, Call.JOIN_MULTICAST)]
-            while True:
-                ev = ch.get_event(None)
-                if ev is not None and ev.membership is m and ev.event in outcome.events:
-                    ev.ack()
-                    if ev.event in outcome.failed:
-                        raise EventError(ev, command, dst=a)
-                    break
+            self._complete(Call.JOIN_MULTICAST, command, membership=m, dst=a)
         return m
 
     def _memberships(self) -> Dict[int, "Membership"]:
@@ -955,13 +943,6 @@ def allocate_qp_num() -> int:
     own QP's number there).  Never 0, 1 or 0xffffff.  Two processes of one host draw from
     different random points, so they rarely meet; a reused number is refused with 10."""
     return _QPN_LO + _qpn_counter() % _QPN_SPAN
-
-
-def private_data_limit(message: str, family: int) -> int:
-    """How many bytes of private data a user may put in ``message`` ("REQ", "REP", "REJ",
-    "SIDR_REQ", "SIDR_REP") of an id of address ``family``: the IB CM's field, less the
-    rdma_cm header the kernel puts before a REQ's and a SIDR REQ's data for IP ids."""
-    return abi.cm_private_data_limit(message, family)
 
 
 def _opt_u8(name: str, hi: int) -> Callable[[Any], bytes]:

@@ -384,12 +384,18 @@ static void pipelined(struct rdma_event_channel *ch, struct sockaddr *dst, long 
 	}
 }
 
+static double tv_diff(const struct timeval *a, const struct timeval *b)
+{
+	return (double)(a->tv_sec - b->tv_sec) + (a->tv_usec - b->tv_usec) / 1e6;
+}
+
 static int connect_mode(int argc, char **argv)
 {
 	struct sockaddr_storage dst;
 	struct rdma_event_channel *ch;
 	struct outcome o = {0, 0, 0, ""};
 	double t[T_STEPS] = {0}, t0, total;
+	struct rusage ru0, ru; /* the CPU time of the run: user and system, seconds */
 
 	if (argc < 7) {
 		fprintf(stderr, "usage: %s connect DST PORT N serial|pipelined QPN\n", argv[0]);
@@ -408,6 +414,7 @@ static int connect_mode(int argc, char **argv)
 	ch = rdma_create_event_channel();
 	if (!ch)
 		die("rdma_create_event_channel");
+	getrusage(RUSAGE_SELF, &ru0);
 	t0 = now();
 	if (is_serial)
 		serial(ch, (struct sockaddr *)&dst, n, qpn, &o, t);
@@ -415,9 +422,11 @@ static int connect_mode(int argc, char **argv)
 		pipelined(ch, (struct sockaddr *)&dst, n, qpn, &o);
 	total = now() - t0;
 	rdma_destroy_event_channel(ch);
+	getrusage(RUSAGE_SELF, &ru);
 	printf("{\"n\": %ld, \"mode\": \"%s\", \"total\": %.9f, \"established\": %ld, \"completed\": %ld, "
-	       "\"failures\": %ld, \"first_failure\": \"%s\"", n, argv[5], total, o.established, o.completed,
-	       o.failures, o.first_failure);
+	       "\"failures\": %ld, \"first_failure\": \"%s\", \"user\": %.6f, \"sys\": %.6f", n, argv[5], total,
+	       o.established, o.completed, o.failures, o.first_failure,
+	       tv_diff(&ru.ru_utime, &ru0.ru_utime), tv_diff(&ru.ru_stime, &ru0.ru_stime));
 	if (is_serial)
 		for (int k = 0; k < T_STEPS; k++)
 			printf(", \"%s\": %.9f", step_names[k], t[k]);

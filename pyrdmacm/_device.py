@@ -418,20 +418,35 @@ READY, TIMEOUT, WOKEN, GONE = "ready", "timeout", "woken", "gone"
 POLL_MAX_MS = 0x7FFFFFFF
 
 
+class Poller:
+    """``poll()`` on ``fd`` and the waker's fd ``wake`` (-1: none), registered once: a channel
+    keeps one for all its waits (a new ``select.poll`` per wait is three calls more)."""
+
+    __slots__ = ("_fd", "_poll")
+
+    def __init__(self, fd: int, wake: int) -> None:
+        p = select.poll()
+        p.register(fd, select.POLLIN)
+        if wake >= 0:
+            p.register(wake, select.POLLIN)
+        self._fd, self._poll = fd, p.poll
+
+    def wait(self, timeout_ms: int) -> str:
+        """Wait until the fd is readable (READY), the waker is (WOKEN), ``timeout_ms`` passed
+        (TIMEOUT; -1 waits for ever) or the fd is no open file (GONE: POLLNVAL)."""
+        ready = self._poll(min(timeout_ms, POLL_MAX_MS))
+        state = TIMEOUT
+        fd = self._fd
+        for rfd, revents in ready:
+            if rfd == fd:
+                if revents & select.POLLNVAL:
+                    return GONE
+                state = READY
+            elif state is TIMEOUT:  # the waker
+                state = WOKEN
+        return state
+
+
 def wait(fd: int, wake: int, timeout_ms: int) -> str:
-    """Wait until ``fd`` is readable (READY), ``wake`` is (WOKEN), ``timeout_ms`` passed
-    (TIMEOUT; -1 waits for ever) or ``fd`` is no open file (GONE: POLLNVAL)."""
-    p = select.poll()
-    p.register(fd, select.POLLIN)
-    if wake >= 0:
-        p.register(wake, select.POLLIN)
-    ready = p.poll(min(timeout_ms, POLL_MAX_MS))
-    state = TIMEOUT
-    for rfd, revents in ready:
-        if rfd == fd:
-            if revents & select.POLLNVAL:
-                return GONE
-            state = READY
-        elif rfd == wake and state is TIMEOUT:
-            state = WOKEN
-    return state
+    """One wait of a :class:`Poller` on ``fd`` and ``wake``."""
+    return Poller(fd, wake).wait(timeout_ms)

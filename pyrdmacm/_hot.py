@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 import warnings
 from typing import TYPE_CHECKING, Any, List, Optional, Type
 
@@ -37,7 +38,7 @@ from . import abi, wire
 from ._device import ReplyBuffer, device_write
 from .errors import StateError, UsageError
 from .events import _UNPACK_EVENT, Event
-from .state import Call, State, calls_after, events_after
+from .state import Call, Rules, State, calls_after
 
 if TYPE_CHECKING:  # pragma: no cover
     from .channel import EventChannel
@@ -58,13 +59,14 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 #: process, never 0 (the kernel queues no event for uid 0).  A C call, atomic under the GIL.
 next_uid = itertools.count(1).__next__
 
-ON_EVENT = events_after()
 AFTER_RESOLVE_ADDR = calls_after(Call.RESOLVE_ADDR)
 AFTER_RESOLVE_ROUTE = calls_after(Call.RESOLVE_ROUTE)
 _IDLE, _DESTROYED = State.IDLE, State.DESTROYED
 _new_event = tuple.__new__
 _new_object = object.__new__
 NO_ECE = (0, 0)  # the ece of nearly every event, shared: one allocation less per event
+_UNSET = object()  # get_event's deadline before its first wait
+_monotonic = time.monotonic
 
 _CREATE = wire.COMMAND["CREATE_ID"]
 _DESTROY = wire.COMMAND["DESTROY_ID"]
@@ -91,10 +93,12 @@ def resolve_addr_tail(src: Any, dst: Any) -> bytes:
 
 # --------------------------------------------------------------------------- ids
 
-def create(cm_id: "CmId", channel: "EventChannel", ps: int, qp: int) -> "CmId":
-    """CREATE_ID for a checked, not yet created ``cm_id`` on a live ``channel``: the one
-    place that writes it for one id (``CmId()`` and ``EventChannel.create_id`` end here)."""
+def create(cm_id: "CmId", channel: "EventChannel", rules: Rules) -> "CmId":
+    """CREATE_ID for a checked, not yet created ``cm_id`` on a live ``channel``, of the port
+    space and QP type of ``rules``: the one place that writes it for one id (``CmId()`` and
+    ``EventChannel.create_id`` end here)."""
     cm_id.channel = channel
+    cm_id._rules = rules
     cm_id._state = _IDLE
     cm_id._unacked = 0
     pool = channel._create_replies
@@ -103,7 +107,7 @@ def create(cm_id: "CmId", channel: "EventChannel", ps: int, qp: int) -> "CmId":
     except IndexError:  # another thread has it
         reply = ReplyBuffer(CREATE_REPLY_SIZE)
     uid = cm_id.uid = next_uid()
-    data = _CREATE_CMD(H_CREATE, uid, reply.address, ps, qp, b"")
+    data = _CREATE_CMD(H_CREATE, uid, reply.address, rules.ps, rules.qp_type, b"")
     try:
         fd = channel._fd
         n = device_write(fd, data) if fd >= 0 else channel._write(data)
@@ -119,8 +123,7 @@ def create(cm_id: "CmId", channel: "EventChannel", ps: int, qp: int) -> "CmId":
     return cm_id
 
 
-def create_many(channel: "EventChannel", cls: "Type[CmId]", n: int, space: "abi.PortSpace", qp: "abi.QpType",
-                custom: bool) -> "List[CmId]":
+def create_many(channel: "EventChannel", cls: "Type[CmId]", n: int, rules: Rules) -> "List[CmId]":
     """``n`` CREATE_IDs, all or nothing: :func:`create` per id, with what it looks up taken once."""
     out: List[CmId] = []
     append = out.append
@@ -130,14 +133,14 @@ def create_many(channel: "EventChannel", cls: "Type[CmId]", n: int, space: "abi.
     except IndexError:  # another thread has it
         reply = ReplyBuffer(CREATE_REPLY_SIZE)
     address, u32 = reply.address, reply.u32
+    space, qp = rules.ps, rules.qp_type
     try:
         for _ in range(n):
             cm_id = _new_object(cls)
             cm_id.channel = channel
+            cm_id._rules = rules
             cm_id._state = _IDLE
             cm_id._unacked = 0
-            if custom:
-                cm_id._ps, cm_id._qp_type = space, qp
             uid = cm_id.uid = next_uid()
             data = _CREATE_CMD(H_CREATE, uid, address, space, qp, b"")
             try:
@@ -314,8 +317,9 @@ def resolve_route(self: "CmId", timeout_ms: int = 2000) -> Optional[Event]:
 # --------------------------------------------------------------------------- events
 
 def get_event(self: "EventChannel", timeout: Optional[float] = None) -> Optional[Event]:
-    """``EventChannel.get_event``: the common case, an event already queued, decoded and
-    dispatched right here (what ``_dispatch`` does, without its calls)."""
+    """``EventChannel.get_event``: the common case -- an event queued, or one to wait for --
+    decoded and dispatched right here (what ``_dispatch`` does, without its calls); every
+    other case (a fault, an event with effects beyond its id's move) in general."""
     if timeout is not None and (timeout.__class__ is not int or timeout < 0):
         timeout = self._seconds(timeout)
     if self._fast != PID:  # closed, a forked child, or a sync id's channel
@@ -328,29 +332,35 @@ def get_event(self: "EventChannel", timeout: Optional[float] = None) -> Optional
     except IndexError:
         raise self._busy() from None
     try:
-        try:
-            fd = self._fd
-            n = device_write(fd, self._b_get_event) if fd >= 0 else self._write(self._b_get_event)
-        except BlockingIOError:
-            if timeout == 0:
-                return None  # only polling: nothing queued
-            n = -1  # the wait below starts by waiting
-        except (OSError, UsageError):
-            n = 0  # the wait below reports it
-        if n > 0:
+        deadline: Any = _UNSET
+        while True:
+            try:
+                fd = self._fd
+                n = device_write(fd, self._b_get_event) if fd >= 0 else self._write(self._b_get_event)
+            except BlockingIOError:
+                if timeout == 0:
+                    return None  # only polling: nothing queued
+                if deadline is _UNSET:
+                    deadline = None if timeout is None else _monotonic() + timeout
+                if not self._wait_readable(deadline):
+                    return None
+                continue
+            except (OSError, UsageError):
+                return self._get_event(timeout)  # it reports the fault
+            if n <= 0:
+                return self._get_event(timeout)
             uid, handle, ev, status, raw, vid, mod = _UNPACK_EVENT(self._event_view)
             try:
                 cm_id = self._ids[uid]
-                ev, cm_id._state = ON_EVENT[ev][cm_id._state]
-            except KeyError:  # no such id (destroyed meanwhile), no common row: in general
+                ev, cm_id._state = cm_id._rules.events[ev][cm_id._state]
+            except KeyError:  # no such id (a membership's, or destroyed meanwhile), an event with effects
                 event = self._dispatch(self._event_view)
                 if event is not None:
                     return event
-            else:
-                cm_id._cache = None
-                cm_id._unacked += 1
-                return _new_event(Event, (ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE, None, None))
-        return self._get_event(timeout, n < 0)
+                continue  # dropped: read the next
+            cm_id._cache = None
+            cm_id._unacked += 1
+            return _new_event(Event, (ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE, None, None))
     finally:
         if self.closed:
             self._waker.close()
@@ -398,7 +408,7 @@ def get_events(self: "EventChannel", max_events: int = 64, timeout: Optional[flo
             uid, handle, ev, status, raw, vid, mod = _UNPACK_EVENT(view)
             try:
                 cm_id = ids[uid]
-                ev, cm_id._state = ON_EVENT[ev][cm_id._state]
+                ev, cm_id._state = cm_id._rules.events[ev][cm_id._state]
             except KeyError:
                 event = self._dispatch(view)
                 if event is not None:

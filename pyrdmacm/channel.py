@@ -12,8 +12,8 @@ Every command is one ``write()`` (:meth:`EventChannel.submit`, or a hot path of
 :mod:`pyrdmacm._hot`); commands that have a reply name one of the channel's
 :class:`~pyrdmacm._device.ReplyBuffer`\\ s, taken from a pool or under the
 channel's command lock.  Events are read by one reader at a time:
-``get_event`` tries a GET_EVENT on the non-blocking fd, and waits with
-:func:`pyrdmacm._device.wait` while nothing is queued; a second concurrent
+``get_event`` tries a GET_EVENT on the non-blocking fd, and waits on the
+channel's :class:`~pyrdmacm._device.Poller` while nothing is queued; a second concurrent
 reader is refused with :class:`~pyrdmacm.errors.StateError` instead of
 interleaving.  The id an event names moves as :mod:`pyrdmacm.state` says.
 
@@ -42,13 +42,14 @@ from ._device import KernelDevice, ReplyBuffer, Transport, Waker
 from .cmid import CmId, Membership, port_space, request_id
 from .errors import KernelError, StateError, UsageError
 from .events import EVENT_RESP_SIZE, Event, decode_event_head
-from .state import State, after_event
+from .state import State, after_event, rules_for
 
 __all__ = ["EventChannel", "UnackedEventsWarning"]
 
 E = abi.CmEventType
 _PS_TCP = abi.PortSpace.TCP
 _QP_RC = abi.QpType.RC
+_TCP_RC = rules_for(_PS_TCP, _QP_RC)
 _CONNECT_REQUEST = E.CONNECT_REQUEST
 _DISCONNECTED = E.DISCONNECTED
 _DISCONNECTED_STATE = State.DISCONNECTED
@@ -109,6 +110,7 @@ class EventChannel:
         #: as _live, and 0 on a sync id's channel too: get_event's fast path, in one comparison
         self._fast = self._pid
         self._wait_first = False  # set for the private channel of a sync id
+        self._poller: Optional[_device.Poller] = None  # made at the first wait
         self.closed = False
         self._create_replies: List[ReplyBuffer] = [ReplyBuffer(_hot.CREATE_REPLY_SIZE)]
         self._destroy_replies: List[ReplyBuffer] = [ReplyBuffer(_hot.DESTROY_REPLY_SIZE)]
@@ -290,29 +292,49 @@ class EventChannel:
                 if ev is not None:
                     return ev
                 continue
-            # nothing queued: wait for the fd to become readable
-            if deadline is None:
-                wait_ms = -1
-            else:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return None
-                wait_ms = max(1, int(left * 1000 + 0.999))
-            # A signal during poll(): Python runs its handler and polls again with the time
-            # left (PEP 475); a handler that raises ends the wait with its exception, and
-            # the channel stays usable (the finally of get_event releases the reader).
+            if not self._wait_readable(deadline):
+                return None
+
+    def _wait_readable(self, deadline: Optional[float]) -> bool:
+        """Wait until the fd is readable (True) or ``deadline`` (``time.monotonic()``; None:
+        never) has passed (False): the one wait of every reader."""
+        poller = self._poller
+        if poller is None:
             try:
-                got = _device.wait(self._t.fileno(), self._waker.fd, wait_ms)
+                poller = self._poller = _device.Poller(self._t.fileno(), self._waker.fd)
             except (ValueError, OSError, UsageError):
                 if self.closed:
                     raise StateError("the event channel was closed while waiting") from None
                 raise
-            if self.closed:
-                raise StateError("the event channel was closed (by another thread) while waiting for an event")
-            if got is _device.GONE:
-                raise _fd_closed_behind()
-            if got is _device.WOKEN:  # a signal with no close() behind it: take it, wait on
-                self._waker.drain()
+        self._reader = threading.get_ident()  # named in the refusal of a second reader
+        try:
+            while True:
+                if deadline is None:
+                    wait_ms = -1
+                else:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    wait_ms = max(1, int(left * 1000 + 0.999))
+                # A signal during poll(): Python runs its handler and polls again with the time
+                # left (PEP 475); a handler that raises ends the wait with its exception, and
+                # the channel stays usable (the finally of get_event releases the reader).
+                try:
+                    got = poller.wait(wait_ms)
+                except (ValueError, OSError, UsageError):
+                    if self.closed:
+                        raise StateError("the event channel was closed while waiting") from None
+                    raise
+                if self.closed:
+                    raise StateError("the event channel was closed (by another thread) while waiting for an event")
+                if got is _device.READY:
+                    return True
+                if got is _device.GONE:
+                    raise _fd_closed_behind()
+                if got is _device.WOKEN:  # a signal with no close() behind it: take it, wait on
+                    self._waker.drain()
+        finally:
+            self._reader = None
 
     def _dispatch(self, view: Any) -> Optional[Event]:
         """The reference path of an event: decode it, find its id, move it (or make the id of a
@@ -396,7 +418,7 @@ class EventChannel:
         way to create many ids: see docs/benchmarks.md).
         """
         if ps is _PS_TCP and qp_type is None and context is None and self._live == _hot.PID:
-            return _hot.create(_new_object(CmId), self, _PS_TCP, _QP_RC)
+            return _hot.create(_new_object(CmId), self, _TCP_RC)
         return CmId(self, ps, qp_type=qp_type, context=context)
 
     def create_ids(
@@ -410,10 +432,10 @@ class EventChannel:
         if n.__class__ is not int or n < 0:
             raise UsageError("n must be an int >= 0 (how many ids), got %r" % (n,))
         custom = ps is not _PS_TCP or qp_type is not None
-        space, qp = port_space(ps, qp_type) if custom else (_PS_TCP, _QP_RC)
+        rules = rules_for(*port_space(ps, qp_type)) if custom else _TCP_RC
         if self._live != _hot.PID:
             self._check()
-        return _hot.create_many(self, CmId, n, space, qp, custom)
+        return _hot.create_many(self, CmId, n, rules)
 
     def _destroy_refusal(self, ids: List[Any]) -> Exception:
         seen = set()

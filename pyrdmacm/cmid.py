@@ -53,7 +53,7 @@ from .addr import AF_IB, Address, AddressLike, parse_address
 from .errors import EventError, KernelError, StateError, UsageError
 from .events import Event
 from .records import AddrInfo, ConnParam, DeviceRef, PathRecord, QpAttr, ServiceRecord
-from .state import OUTCOMES, Call, Kind, State, kind_of, next_state, refusal
+from .state import OUTCOMES, Call, Kind, Rules, State, refusal, rules_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from .channel import EventChannel
@@ -69,6 +69,8 @@ _IDLE = State.IDLE
 _ADDR_BOUND = State.ADDR_BOUND
 _CMD = wire.COMMAND
 _R = TypeVar("_R")
+#: the rules of nearly every id (PortSpace.TCP, an RC QP)
+_TCP_RC = rules_for(_PS_TCP, _QP_RC)
 
 
 class SourceIgnoredWarning(UserWarning):
@@ -112,6 +114,19 @@ def port_space(ps: Any, qp_type: Optional[int]) -> Tuple[abi.PortSpace, abi.QpTy
     return ps, _qp_type_for(ps, qp_type)
 
 
+def _qp_num(value: Any) -> int:
+    """A QP number the caller gave, checked: 24 bits, none of the reserved ones."""
+    qp_num = _u("qp_num", value, 0xFFFFFF)
+    if qp_num in _RESERVED_QPN:
+        raise UsageError("qp_num 0x%x is reserved (0 and 1 are the SMI and GSI QPs, 0xffffff is "
+                         "multicast): give your QP's number, or None to have one allocated" % qp_num)
+    return qp_num
+
+
+#: connect()/accept() with no parameters but (perhaps) a QP number: these, checked once
+_DEFAULT_PARAM = ConnParam()
+
+
 def _private_data(value: Any, message: str, family: int) -> bytes:
     """Private data for ``message`` of an id of ``family``, checked against what the message
     carries (:func:`pyrdmacm.abi.cm_private_data_limit`)."""
@@ -135,8 +150,7 @@ class CmId:
         "channel",
         "handle",
         "uid",
-        "_ps",
-        "_qp_type",
+        "_rules",
         "_sync",
         "_state",
         "_cache",
@@ -153,6 +167,7 @@ class CmId:
     handle: int
     uid: int
     _state: State
+    _rules: Rules
     _unacked: int
     _cache: Optional[List[Any]]
     _dst: Optional[Address]
@@ -168,15 +183,12 @@ class CmId:
         qp_type: Optional[int] = None,
         context: Any = None,
     ) -> None:
-        # Only what every id needs is set here.  What most ids share is not stored: ``ps``,
-        # ``qp_type``, ``sync`` and ``context`` read as TCP, RC, False and None unless set;
-        # ``_cache`` (the query answers, see query_addr) and ``_dst`` are set on first use.
+        # Only what every id needs is set here: ``sync`` and ``context`` read as False and
+        # None unless set; ``_cache`` (the query answers, see query_addr) and ``_dst`` are
+        # set on first use.  The port space, QP type and kind are the id's Rules (shared).
         from .channel import EventChannel
 
-        if ps is not _PS_TCP or qp_type is not None:
-            ps, qp = port_space(ps, qp_type)
-        else:
-            qp = _QP_RC
+        rules = _TCP_RC if ps is _PS_TCP and qp_type is None else rules_for(*port_space(ps, qp_type))
         if channel is None:
             channel = EventChannel()
             self._sync = True
@@ -186,29 +198,25 @@ class CmId:
             raise UsageError("channel must be an EventChannel or None, got %r" % (channel,))
         if channel._live != _hot.PID:
             channel._check()
-        if ps is not _PS_TCP or qp is not _QP_RC:
-            self._ps = ps
-            self._qp_type = qp
         if context is not None:
             self._context = context
-        _hot.create(self, channel, ps, qp)
+        _hot.create(self, channel, rules)
 
     # -- what most ids share, stored only where it differs
     @property
     def ps(self) -> abi.PortSpace:
         """The port space given to the constructor (``PortSpace.TCP`` by default)."""
-        return getattr(self, "_ps", _PS_TCP)
+        return self._rules.ps
 
     @property
     def qp_type(self) -> abi.QpType:
         """The QP type: RC for TCP, UD for UDP and IPOIB, the one given for IB."""
-        return getattr(self, "_qp_type", _QP_RC)
+        return self._rules.qp_type
 
     @property
     def kind(self) -> Kind:
         """How the id connects (:class:`~pyrdmacm.state.Kind`): its QP type decides."""
-        # the stored fields, not the ps/qp_type properties: two calls less
-        return kind_of(getattr(self, "_ps", _PS_TCP), getattr(self, "_qp_type", _QP_RC))
+        return self._rules.kind
 
     @property
     def sync(self) -> bool:
@@ -243,22 +251,25 @@ class CmId:
         st = self._state
         if self.channel.closed:
             raise StateError("%s: the id's event channel is closed (closing it destroyed the id)" % call)
-        new = next_state(self.kind, st, call)
+        new = self._rules.calls[call].get(st)
         if new is None:
             raise StateError("%s (uid %d)" % (refusal(self.kind, st, call), self.uid))
         return new
 
     def _call(self, call: Call, data: bytes, command: str, **ctx: Any) -> State:
         """Write the command of ``call``: state checked and set before the write, put back if
-        the kernel refuses it.  Returns the new state."""
+        the kernel refuses it.  Returns the new state.  ``ctx`` names what the refusal's
+        error shows (by default the peer's address: ``dst``)."""
         ch = self.channel
-        new = self._transition(call)
-        ch._check()
         old = self._state
+        new = self._rules.calls[call].get(old) if ch._live == _hot.PID else None
+        if new is None:  # illegal here, or the channel is closed or a forked child's: say which
+            new = self._transition(call)
+            ch._check()
         self._state = new
         self._cache = None
         try:
-            ch.submit(data, command, **ctx)
+            ch.submit(data, command, **(ctx or {"dst": self._peer()}))
         except BaseException:
             if self._state is new:
                 self._state = old
@@ -361,8 +372,7 @@ class CmId:
     def _resolve_route(self, timeout_ms: int) -> Optional[Event]:
         """The reference path of ``resolve_route``."""
         _u("timeout_ms", timeout_ms, 0xFFFFFFFF, 1)
-        self._call(Call.RESOLVE_ROUTE, _CMD["RESOLVE_ROUTE"].encode(self.handle, timeout_ms), "RESOLVE_ROUTE",
-                   dst=self._peer())
+        self._call(Call.RESOLVE_ROUTE, _CMD["RESOLVE_ROUTE"].encode(self.handle, timeout_ms), "RESOLVE_ROUTE")
         if self.channel._wait_first and self.sync:
             return self._complete(Call.RESOLVE_ROUTE, "RESOLVE_ROUTE", dst=self._peer())
         return None
@@ -377,6 +387,9 @@ class CmId:
     def _conn_param(self, param: Any, private_data: Any, fields: Dict[str, Any], message: str) -> Tuple[ConnParam, int]:
         """The connection parameters of connect/accept, checked (UsageError before any syscall),
         and the QP number to send."""
+        if private_data is None and not fields and (param is None or param.__class__ is int):
+            # the defaults (valid for every message) and the caller's QP number, or one allocated
+            return _DEFAULT_PARAM, allocate_qp_num() if param is None else _qp_num(param)
         if isinstance(param, ConnParam):
             if private_data is not None or fields:
                 raise UsageError("give a ConnParam or its fields as keyword arguments, not both")
@@ -395,13 +408,7 @@ class CmId:
                 raise UsageError("unknown connection parameter%s %s: the fields are %s" % (
                     "s" if len(unknown) > 1 else "", ", ".join(unknown), ", ".join(_CONN_FIELDS))) from None
         data = _private_data(p.private_data, message, getattr(self._peer(), "family", abi.AF_INET))
-        if p.qp_num is None:
-            qp_num = allocate_qp_num()
-        else:
-            qp_num = _u("qp_num", p.qp_num, 0xFFFFFF)
-            if qp_num in _RESERVED_QPN:
-                raise UsageError("qp_num 0x%x is reserved (0 and 1 are the SMI and GSI QPs, 0xffffff is "
-                                 "multicast): give your QP's number, or None to have one allocated" % qp_num)
+        qp_num = allocate_qp_num() if p.qp_num is None else _qp_num(p.qp_num)
         _u("responder_resources", p.responder_resources, 0xFF)
         _u("initiator_depth", p.initiator_depth, 0xFF)
         _u("retry_count", p.retry_count, 7)
@@ -441,7 +448,7 @@ class CmId:
         p, qp_num = self._conn_param(param, private_data, fields, "SIDR_REQ" if ud else "REQ")
         cmd = _CMD["CONNECT"].encode(*wire.conn_fields(p, qp_num), self.handle, 0, *p.ece)
         self._qpn = qp_num
-        self._call(Call.CONNECT, cmd, "CONNECT", dst=self._peer())
+        self._call(Call.CONNECT, cmd, "CONNECT")
         if self.channel._wait_first and self.sync:  # a sync id's channel is its own
             ev = self._complete(Call.CONNECT, "CONNECT", dst=self._peer())
             if ev.event is E.CONNECT_RESPONSE:
@@ -458,7 +465,7 @@ class CmId:
         """Send the RTU after CONNECT_RESPONSE (ACCEPT with the parameters marked invalid):
         ``rdma_establish``.  The peer then gets ESTABLISHED; this side gets no event (its
         state is CONNECTED at once).  Sync mode and the helpers do it themselves."""
-        self._call(Call.ESTABLISH, _ESTABLISH(self.handle), "ACCEPT", dst=self._peer())
+        self._call(Call.ESTABLISH, _ESTABLISH(self.handle), "ACCEPT")
 
     # -- connections: the passive side
     @property
@@ -525,7 +532,7 @@ class CmId:
         cmd = _CMD["ACCEPT"].encode(uid, *wire.conn_fields(p, qp_num), self.handle, 0, *p.ece)
         self._qpn = qp_num
         try:
-            self._call(Call.ACCEPT, cmd, "ACCEPT", dst=self._peer())
+            self._call(Call.ACCEPT, cmd, "ACCEPT")
         except BaseException as e:
             ch._ids.pop(uid, None)
             self.uid = 0
@@ -553,8 +560,7 @@ class CmId:
             if code not in abi.REJECT_REASONS:
                 raise UsageError("reason %r: the kernel takes only 28 (CONSUMER_DEFINED) and 35 "
                                  "(VENDOR_OPTION_NOT_SUPPORTED); leave it out for 28" % (reason,))
-        self._call(Call.REJECT, _CMD["REJECT"].encode(self.handle, len(data), code, b"", data), "REJECT",
-                   dst=self._peer())
+        self._call(Call.REJECT, _CMD["REJECT"].encode(self.handle, len(data), code, b"", data), "REJECT")
 
     def notify(self, event: int = abi.NotifyEvent.COMM_EST) -> bool:
         """``rdma_notify``: tell the CM that the QP saw ``event``.  COMM_EST (the default) on an
@@ -567,7 +573,7 @@ class CmId:
         except ValueError:
             raise UsageError("notify takes NotifyEvent.COMM_EST (4) or PATH_MIG (6), got %r" % (event,)) from None
         try:
-            self._call(Call.NOTIFY, _CMD["NOTIFY"].encode(self.handle, int(ev)), "NOTIFY", dst=self._peer())
+            self._call(Call.NOTIFY, _CMD["NOTIFY"].encode(self.handle, int(ev)), "NOTIFY")
         except KernelError as e:
             if e.errno == errno.EISCONN:
                 return False
@@ -579,7 +585,7 @@ class CmId:
         peer's DREQ came (the DISCONNECTED event; the channel answers it itself unless
         ``channel.answer_disconnect`` is False).  TIMEWAIT_EXIT follows a few seconds later
         (while the id exists)."""
-        self._call(Call.DISCONNECT, _CMD["DISCONNECT"].encode(self.handle), "DISCONNECT", dst=self._peer())
+        self._call(Call.DISCONNECT, _CMD["DISCONNECT"].encode(self.handle), "DISCONNECT")
 
     # -- multicast
     def join_multicast(self, addr: AddressLike, *, send_only: bool = False, context: Any = None) -> "Membership":
@@ -646,7 +652,7 @@ class CmId:
         buf = ReplyBuffer(len(payload))  # the pinned input the command points at, held across the write
         buf.fill(payload)
         data = _CMD["SET_OPTION"].encode(buf.address, self.handle, int(level), int(option), len(payload))
-        self._call(call, data, "SET_OPTION", dst=self._peer())
+        self._call(call, data, "SET_OPTION")
         if call is Call.SET_IB_PATH and self.sync and self.channel._wait_first:
             self._complete(call, "SET_OPTION", dst=self._peer())
 
@@ -676,7 +682,7 @@ class CmId:
             raise UsageError("qp_state %r: use a QpState (RESET 0 .. ERR 6)" % (qp_state,)) from None
         reply = ReplyBuffer(_CMD["INIT_QP_ATTR"].out)
         self._call(Call.INIT_QP_ATTR, _CMD["INIT_QP_ATTR"].encode(reply.address, self.handle, int(st)),
-                   "INIT_QP_ATTR", dst=self._peer())
+                   "INIT_QP_ATTR")
         return wire.decode_qp_attr(reply.view)
 
     def migrate(self, channel: "EventChannel") -> int:
@@ -1050,8 +1056,7 @@ def request_id(channel: "EventChannel", handle: int, listener: CmId) -> CmId:
     """
     obj: CmId = object.__new__(CmId)
     obj.channel, obj.handle, obj.uid = channel, handle, 0
-    if listener.ps is not _PS_TCP or listener.qp_type is not _QP_RC:
-        obj._ps, obj._qp_type = listener.ps, listener.qp_type
+    obj._rules = listener._rules
     if listener.context is not None:
         obj._context = listener.context
     if listener.sync:
@@ -1066,6 +1071,7 @@ def create_reference(cm_id: CmId, channel: "EventChannel", ps: int, qp: int) -> 
     from ._device import ReplyBuffer
 
     cm_id.channel = channel
+    cm_id._rules = rules_for(abi.PortSpace(ps), abi.QpType(qp))
     cm_id._state = _IDLE
     cm_id._unacked = 0
     reply = ReplyBuffer(_CMD["CREATE_ID"].out)

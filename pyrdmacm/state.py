@@ -48,6 +48,8 @@ __all__ = [
     "refusal",
     "calls_after",
     "events_after",
+    "Rules",
+    "rules_for",
 ]
 
 
@@ -263,6 +265,56 @@ def events_after() -> Dict[int, Dict[State, Tuple[E, State]]]:
                 if after is not None:
                     rows.setdefault(int(ev), {})[st] = (ev, after)
     return rows
+
+
+#: Events that do more than move the id, in some states: CONNECT_REQUEST makes a new id (the
+#: listener stays where it is), and DISCONNECTED in a connection that this side has not ended
+#: is the peer's DREQ, which the channel answers.  :attr:`Rules.events` leaves these out.
+EVENTS_WITH_EFFECTS: Mapping[E, FrozenSet[State]] = {
+    E.CONNECT_REQUEST: frozenset(State),
+    E.DISCONNECTED: frozenset(st for st in State if st is not S.DISCONNECTED),
+}
+
+
+class Rules:
+    """The table as one kind of id reads it (an id holds the ``Rules`` of its port space and
+    QP type, shared by every id of that pair: :func:`rules_for`).
+
+    ``calls[call][state]`` is where ``call`` leads (a state missing: illegal there);
+    ``events[number][state]`` is ``(event type, state after)`` for the event the kernel
+    numbers so, every state included (an event with no row leaves the state alone), but
+    for :data:`EVENTS_WITH_EFFECTS`: those, and numbers unknown here, are for
+    :func:`after_event` and the channel.  Both are :data:`TRANSITIONS`, re-keyed: one
+    lookup per call or event, no key to build."""
+
+    __slots__ = ("ps", "qp_type", "kind", "calls", "events")
+
+    def __init__(self, ps: PortSpace, qp_type: QpType) -> None:
+        self.ps, self.qp_type = ps, qp_type
+        kind = self.kind = kind_of(ps, qp_type)
+        self.calls: Dict[Call, Dict[State, State]] = {
+            call: {st: new for st in State if (new := TRANSITIONS.get((kind, st, call))) is not None}
+            for call in Call
+        }
+        self.events: Dict[int, Dict[State, Tuple[E, State]]] = {
+            int(ev): {st: (ev, after_event(kind, st, ev)) for st in State
+                      if st not in EVENTS_WITH_EFFECTS.get(ev, ())}
+            for ev in E
+        }
+
+    def __repr__(self) -> str:
+        return "<Rules %s %s: %s>" % (self.ps.name, self.qp_type.name, self.kind.value)
+
+
+_RULES: Dict[Tuple[PortSpace, QpType], Rules] = {}
+
+
+def rules_for(ps: PortSpace, qp_type: QpType) -> Rules:
+    """The :class:`Rules` of ids of ``ps`` and ``qp_type`` (made once per pair)."""
+    try:
+        return _RULES[(ps, qp_type)]
+    except KeyError:
+        return _RULES.setdefault((ps, qp_type), Rules(ps, qp_type))
 
 
 #: ``rdma_cm_state`` (the kernel's, as RDMA netlink reports it) of each of our states.

@@ -173,3 +173,108 @@ def test_a_refused_command_puts_the_state_back():
                 assert cm.state is State.IDLE
             assert cm.destroy() == 0
     assert Call.RESOLVE_ADDR in {c for c in Call}
+
+
+def _connections(hot: bool) -> list:
+    """Connections on the two-host fake, the client's events read by the hot get_event or by
+    the reference path: each event as (type, status, param bytes, ece, listener, membership)
+    and the id's state after it.  Three connections: the client disconnects (its DISCONNECTED
+    only moves it), the server disconnects (the client's DISCONNECTED is the peer's DREQ,
+    answered by the channel), and a datagram one (SIDR: the datagram rules)."""
+    import threading
+
+    from pyrdmacm import PortSpace
+    from pyrdmacm.testing import FakeFabric
+
+    trace = []
+    # a DREQ nobody answers times out after 10 s here: the answer must come from the channel
+    with FakeFabric(timewait_ms=20, cm_timeout_ms=10000) as fab:
+        server, client = fab.host("10.9.0.1"), fab.host("10.9.0.2")
+        with EventChannel(server()) as sc, EventChannel(client()) as cc:
+            if not hot:
+                cc._fast = 0  # get_event takes the reference path (_guarded -> _wait_event -> _dispatch)
+            listeners = []
+            for port, ps in ((7471, PortSpace.TCP), (7472, PortSpace.UDP)):
+                lst = CmId(sc, ps)
+                lst.bind_addr("10.9.0.1:%d" % port)
+                lst.listen()
+                listeners.append(lst)
+            stop = threading.Event()
+            leaving = set()  # the ids whose REQ said "bye": the server ends those
+            answered = threading.Event()  # the server's disconnect of one completed (the DREP came)
+
+            def serve():
+                while not stop.is_set():
+                    ev = sc.get_event(0.05)
+                    if ev is None:
+                        continue
+                    ev.ack()
+                    if ev.event is E.CONNECT_REQUEST:
+                        ev.id.accept(qp_num=0x1234, private_data=b"rep", responder_resources=1)
+                        if ev.param.private_data.startswith(b"bye"):
+                            leaving.add(ev.id)
+                        if ev.id.kind.value == "datagram":
+                            ev.id.destroy()
+                    elif ev.event is E.ESTABLISHED and ev.id in leaving:
+                        ev.id.disconnect()  # the server ends this one
+                    elif ev.event is E.DISCONNECTED:
+                        if ev.id in leaving:
+                            answered.set()
+                        ev.id.destroy()
+
+            t = threading.Thread(target=serve)
+            t.start()
+            try:
+                for port, ps, data in ((7471, PortSpace.TCP, b"stay"), (7471, PortSpace.TCP, b"bye"),
+                                       (7472, PortSpace.UDP, b"sidr")):
+                    cm = CmId(cc, ps)
+                    cm.resolve_addr("10.9.0.1:%d" % port, timeout_ms=2000)
+                    while True:
+                        ev = cc.get_event(5)  # nothing queued yet, mostly: the wait, then the read
+                        assert ev is not None
+                        trace.append((ev.event, ev.status, bytes(ev.raw_param), ev.ece, ev.listen_id, ev.membership,
+                                      cm.state, cm.unacked))
+                        ev.ack()
+                        if ev.event is E.ADDR_RESOLVED:
+                            cm.resolve_route(2000)
+                        elif ev.event is E.ROUTE_RESOLVED:
+                            cm.connect(qp_num=0x4321, private_data=data)
+                        elif ev.event is E.CONNECT_RESPONSE:
+                            cm.establish()
+                            if data == b"stay":
+                                cm.disconnect()
+                        elif ev.event in (E.DISCONNECTED, E.ESTABLISHED) and (ps is PortSpace.UDP or
+                                                                             ev.event is E.DISCONNECTED):
+                            break
+                    if data == b"bye":  # answered by the client's channel, not by its destroy()
+                        trace.append(("answered before destroy", answered.wait(1)))
+                    trace.append(cm.destroy())
+            finally:
+                stop.set()
+                t.join()
+            trace.append([m.kind for m in fab.messages])
+    return trace
+
+
+def test_connection_events_equal_the_reference_path():
+    """CONNECT_RESPONSE, ESTABLISHED and both DISCONNECTEDs through get_event's fast path (and
+    its wait) give the events, states and wire messages the reference path gives."""
+    hot, ref = _connections(True), _connections(False)
+    assert hot == ref
+    kinds = [row[0] for row in hot if isinstance(row, tuple)]
+    assert kinds.count(E.CONNECT_RESPONSE) == 2 and kinds.count(E.DISCONNECTED) == 2
+    assert kinds.count(E.ESTABLISHED) == 1  # the SIDR REP
+    assert hot[-1].count("DREP") == 2  # the client's own, and the one its channel answered
+    assert ("answered before destroy", True) in hot
+
+
+def test_default_connect_parameters_are_those_of_an_empty_conn_param():
+    """connect()/accept() without parameters take a ConnParam checked once: the bytes are
+    those of connect(ConnParam(qp_num=N))."""
+    from pyrdmacm import cmid, wire
+    from pyrdmacm.records import ConnParam
+
+    assert cmid._DEFAULT_PARAM == ConnParam()
+    for qpn in (2, 0x4321, 0xFFFFFE):
+        fast = wire.conn_fields(cmid._DEFAULT_PARAM, qpn)
+        assert fast == wire.conn_fields(ConnParam(qp_num=qpn), qpn)

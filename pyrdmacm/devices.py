@@ -44,7 +44,7 @@ import enum
 import ipaddress
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Type, TypeVar, Union
 
 from ._enum import NamedIntEnum
@@ -67,6 +67,8 @@ __all__ = [
     "ports_for_netdev",
     "rdma_netdevs",
     "ipoib_gid",
+    "guid_text",
+    "roce_path_mtu",
 ]
 
 IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
@@ -158,10 +160,33 @@ class Port:
     gids: Tuple[Gid, ...]
     lid: Optional[int] = None
     netdev_index: Optional[int] = None  #: from netlink, only for a netdev in this netns
+    netdev_mtu: Optional[int] = None  #: the netdev's MTU (sysfs class/net), when it is in this netns
 
     @property
     def active(self) -> bool:
         return self.state is PortState.ACTIVE
+
+    @property
+    def path_mtu(self) -> Optional[int]:
+        """The path MTU in bytes rdma_cm gives a RoCE route over this port's netdev (its
+        :func:`roce_path_mtu`); None for other link layers or an MTU not known here."""
+        if self.link_layer is not LinkLayer.ETHERNET or self.netdev_mtu is None:
+            return None
+        return roce_path_mtu(self.netdev_mtu)
+
+
+#: the headers a RoCE packet carries inside the Ethernet MTU (include/rdma/ib_addr.h,
+#: iboe_get_mtu(): GRH 40, UDP 8, BTH 12, XRC ext. 4, AtomicETH 28, ICRC 4)
+_IBOE_HEADERS = 40 + 8 + 12 + 4 + 28 + 4
+
+
+def roce_path_mtu(netdev_mtu: int) -> Optional[int]:
+    """The IB MTU in bytes that fits a netdev MTU once RoCE's headers are taken off, as the
+    kernel's ``iboe_get_mtu()`` computes a RoCE path record's MTU (1500 -> 1024); None
+    below 256."""
+    room = netdev_mtu - _IBOE_HEADERS
+    fitting = [m for m in (4096, 2048, 1024, 512, 256) if m <= room]
+    return fitting[0] if fitting else None
 
 
 @dataclass(frozen=True)
@@ -182,9 +207,8 @@ class Device:
 
     @property
     def node_guid_text(self) -> str:
-        """``xxxx:xxxx:xxxx:xxxx`` as sysfs and ``ibv_devices`` print it."""
-        h = "%016x" % self.node_guid
-        return ":".join(h[i : i + 4] for i in range(0, 16, 4))
+        """``xxxx:xxxx:xxxx:xxxx`` as sysfs, ``rdma dev`` and ``ibv_devinfo`` print it."""
+        return guid_text(self.node_guid)
 
 
 # --------------------------------------------------------------------------------------
@@ -221,6 +245,12 @@ def _enum(cls: Type[_E], value: Optional[int]) -> Optional[_E]:
 
 def _natural(name: str) -> Tuple[object, ...]:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
+
+
+def guid_text(guid: int) -> str:
+    """A GUID as ``rdma dev`` and ``ibv_devinfo`` write it: ``0002:c903:0030:9e21``."""
+    h = "%016x" % guid
+    return ":".join(h[i : i + 4] for i in range(0, 16, 4))
 
 
 def parse_guid(text: str) -> int:
@@ -430,6 +460,20 @@ def list_devices(sysfs_root: str = "/sys", *, use_netlink: bool = True) -> List[
     GIDs always come from ``<sysfs_root>/class/infiniband``.  An empty list
     means no RDMA device at all (the kernel's rdma_cm would answer ENODEV).
     """
+    devs = _list(sysfs_root, use_netlink)
+    return [_with_netdev_mtus(d, sysfs_root) for d in devs]
+
+
+def _with_netdev_mtus(dev: Device, sysfs_root: str) -> Device:
+    """``dev`` with each port's ``netdev_mtu`` read from ``<sysfs_root>/class/net/<netdev>/mtu``."""
+    ports = []
+    for p in dev.ports:
+        text = _read(os.path.join(sysfs_root, "class", "net", p.netdev, "mtu")) if p.netdev else None
+        ports.append(replace(p, netdev_mtu=int(text)) if text and text.isdigit() and text.isascii() else p)
+    return replace(dev, ports=tuple(ports))
+
+
+def _list(sysfs_root: str, use_netlink: bool) -> List[Device]:
     sys_devs = _read_sysfs(sysfs_root)
     if use_netlink:
         try:

@@ -38,7 +38,17 @@ the same inputs, in the caller's network namespace:
 
 :class:`Prediction` carries each decision with a sentence of reasoning;
 :class:`~pyrdmacm.errors.PrecheckError` (with the errno the kernel will give)
-is raised only where the kernel will certainly refuse.  Things the kernel
+is raised only where the kernel will certainly refuse, with the prediction
+made so far attached (``prediction``): a host without an RDMA device still
+learns the lookup, the route, its table, the source, the egress netdev, the
+next hop and its neighbour state.  What the host lacks for the resolution
+(an RDMA device, a GID for the source, with ``check_node`` the rdma_cm device
+node) is listed in ``Prediction.missing``, each with what to do.
+
+An InfiniBand destination (AF_IB, ``gid:...``) is not routed: the kernel
+picks the port itself (``cma_resolve_ib_dev``), the first InfiniBand port
+whose GID table holds the destination's GID, else the first ACTIVE one with a
+GID of its subnet prefix; none -> ENODEV from ``write()``.  Things the kernel
 accepts but that look wrong (several RDMA netdevs on the destination's
 subnet, a port that is not ACTIVE, a link-local destination with a wildcard
 source) are ``warnings``; ``strict=True`` turns them into errors.  A
@@ -59,13 +69,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .devices import Device, GidType, LinkLayer, NodeType, PortState, ipoib_gid, rdma_netdevs
-from .addr import missing_zone
+from .addr import AF_IB, missing_zone, parse_address
+from .addr import Address as SockAddr
 from .errors import PrecheckError, UsageError, errno_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from .netlink import Address, Link, NudState, Route, RouteType
 
-__all__ = ["Candidate", "IpoibStatus", "Prediction", "predict", "explain", "gid_text"]
+__all__ = ["Candidate", "IpoibStatus", "Missing", "Prediction", "predict", "explain", "gid_text", "rdma_cm_node"]
 
 IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
 IPNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
@@ -104,6 +115,20 @@ class IpoibStatus:
 
 
 @dataclass(frozen=True)
+class Missing:
+    """Something this host lacks for the resolution, and what to do about it."""
+
+    what: str  #: "rdma_cm" (the device node), "device" (no RDMA device), "gid" (none for the source)
+    errno: int  #: what the kernel (or opening the node) answers for it
+    message: str
+    hint: str
+    netdev: Optional[str] = None
+
+    def __str__(self) -> str:
+        return "%s: %s -- %s" % (self.message, errno_name(self.errno), self.hint)
+
+
+@dataclass(frozen=True)
 class Prediction:
     """Where ``resolve_addr(dst, src)`` will land, and why."""
 
@@ -128,6 +153,12 @@ class Prediction:
     ipoib: Optional[IpoibStatus]
     warnings: Tuple[str, ...]
     reasoning: Tuple[str, ...]
+    missing: Tuple[Missing, ...] = ()  #: what the host lacks (the prediction stops short there)
+
+    @property
+    def complete(self) -> bool:
+        """True when nothing is missing: the prediction goes all the way to ADDR_RESOLVED."""
+        return not self.missing
 
     @property
     def chosen(self) -> Optional[Candidate]:
@@ -153,13 +184,22 @@ class Prediction:
 # --------------------------------------------------------------------------------------
 
 
-def _as_ip(value: Any, what: str) -> IPAddress:
-    if isinstance(value, (ipaddress.IPv4Address, ipaddress.IPv6Address)):
+def _as_address(value: Any, what: str) -> SockAddr:
+    """``value`` in any form :func:`~pyrdmacm.addr.parse_address` takes (ports are ignored:
+    they do not change the route); a missing zone is refused later, in predict's words."""
+    if isinstance(value, SockAddr):
         return value
     try:
-        return ipaddress.ip_address(value)
-    except ValueError as e:
-        raise UsageError("%s: %r is not an IP address" % (what, value)) from e
+        return parse_address(value, require_zone=False)
+    except UsageError as e:
+        raise UsageError("%s: %s" % (what, e)) from None
+
+
+def _as_ip(addr: SockAddr) -> IPAddress:
+    """The IP of an AF_INET / AF_INET6 address, an IPv6 zone kept as its scope id."""
+    if addr.family == AF_IB or addr.ip.version == 4 or not addr.scope_id:
+        return addr.ip
+    return ipaddress.IPv6Address("%s%%%d" % (addr.ip, addr.scope_id))
 
 
 def _plain(addr: IPAddress) -> IPAddress:
@@ -326,18 +366,42 @@ def _ipoib_status(link: "Link", net: _Net, devices: Sequence[Device]) -> IpoibSt
     )
 
 
+#: a Prediction's fields before predict() has decided them
+_UNDECIDED: Dict[str, Any] = dict(
+    src_given=None, src=None, netdev=None, ifindex=None, route_netdev=None, route_ifindex=None, gateway=None,
+    route_type=None, table=None, prefix=None, bound_ifindex=0, device_chosen_at="resolve", network="IB",
+    next_hop=None, neighbour=None, needs_neighbour_resolution=False, candidates=(), ipoib=None,
+)
+
+
 class _Checks:
-    """Collects reasoning and warnings (each warning keeps the errno strict mode raises)."""
+    """Collects reasoning, warnings (each keeps the errno strict mode raises), what is
+    missing, and each decision as it is made (``known``), so that a refusal at any step
+    carries the prediction made up to there."""
 
     def __init__(self) -> None:
         self.reasoning: List[str] = []
         self.warnings: List[Tuple[str, int]] = []
+        self.missing: List[Missing] = []
+        self.known: Dict[str, Any] = {}
 
     def say(self, text: str) -> None:
         self.reasoning.append(text)
 
     def warn(self, text: str, err: int) -> None:
         self.warnings.append((text, err))
+
+    def lack(self, what: str, err: int, message: str, hint: str, netdev: Optional[str] = None) -> None:
+        self.missing.append(Missing(what, err, message, hint, netdev))
+
+    def prediction(self, dst: IPAddress) -> Prediction:
+        fields = dict(_UNDECIDED, **self.known)
+        return Prediction(dst=dst, warnings=tuple(w for w, _ in self.warnings), reasoning=tuple(self.reasoning),
+                          missing=tuple(self.missing), **fields)
+
+    def refusal(self) -> Optional[Missing]:
+        """The first lack the kernel's resolution itself refuses (a device, a GID; not the node)."""
+        return next((m for m in self.missing if m.what != "rdma_cm"), None)
 
 
 def predict(
@@ -348,22 +412,27 @@ def predict(
     strict: bool = False,
     devices: Optional[Iterable[Device]] = None,
     network: Any = None,
+    check_node: bool = False,
 ) -> Prediction:
     """Predict what ``resolve_addr(dst, src)`` will do in this network namespace.
 
-    ``dst``/``src``: :mod:`ipaddress` objects (strings are accepted; an IPv6
-    zone may be written ``fe80::1%eth1``).  ``scope_id``: the zone (ifindex or
-    netdev name) for a link-local IPv6 ``dst`` or ``src`` given without one.
-    ``devices``: the RDMA devices to match against (default:
-    :func:`pyrdmacm.devices.list_devices`); ``network``: an object with
+    ``dst``/``src``: anything :func:`~pyrdmacm.addr.parse_address` takes (an
+    :class:`~pyrdmacm.addr.Address`, ``"10.0.2.2:7471"``, ``"[fe80::1%eth1]:7471"``,
+    ``"gid:fe80::2:c903:0:1"``, :mod:`ipaddress` objects; a port changes nothing).
+    ``scope_id``: the zone (ifindex or netdev name) for a link-local IPv6 ``dst``
+    or ``src`` given without one.  ``devices``: the RDMA devices to match against
+    (default: :func:`pyrdmacm.devices.list_devices`); ``network``: an object with
     ``route_get``, ``links``, ``addresses`` and ``neighbour`` like
-    :mod:`pyrdmacm.netlink` (default), for tests.
+    :mod:`pyrdmacm.netlink` (default), for tests.  ``check_node``: also try the
+    rdma_cm device node (as opening an EventChannel does) and list it in
+    ``missing`` when it cannot be used.
 
     Raises :class:`~pyrdmacm.errors.PrecheckError` with the kernel's errno
-    where the kernel will certainly refuse: EINVAL (family mismatch),
+    where the kernel will certainly refuse, the prediction made so far attached:
+    EINVAL (family mismatch),
     EADDRNOTAVAIL (source not local), ENETUNREACH /
     EHOSTUNREACH / EACCES / EINVAL (the route lookup fails), ENODEV (no RDMA
-    device for the egress netdev or the source).  With ``strict=True`` the
+    device for the egress netdev or the source: also in ``missing``).  With ``strict=True`` the
     warnings raise too, each with the errno closest to what it foretells:
     ENOTUNIQ (several RDMA netdevs on the destination's subnet), ENETDOWN
     (port not ACTIVE, netdev down), EINVAL (link-local destination with a
@@ -373,19 +442,35 @@ def predict(
     ``dst`` or ``src`` without a zone (in the address or ``scope_id``) raises
     the :class:`~pyrdmacm.errors.UsageError` that ``resolve_addr`` raises.
     """
-    if network is None:
-        from . import netlink as network  # lazily: pyroute2 is slow to import
-    dst_ip = _as_ip(dst, "dst")
-    src_ip = _as_ip(src, "src") if src is not None else None
-    if src_ip is not None and src_ip.version != dst_ip.version:
-        raise PrecheckError(
-            _errno.EINVAL, "source and destination are of different address families",
-            src=src_ip, dst=dst_ip, hint="give a source of the destination's family, or none",
-        )
-    net = _Net(network)
+    dst_a = _as_address(dst, "dst")
+    src_a = _as_address(src, "src") if src is not None else None
     devs = list(devices) if devices is not None else _list_devices()
     ck = _Checks()
+    if src_a is not None and (src_a.family == AF_IB) != (dst_a.family == AF_IB) or (
+            src_a is not None and src_a.ip.version != dst_a.ip.version):
+        raise PrecheckError(
+            _errno.EINVAL, "source and destination are of different address families",
+            src=src_a.ip if src_a else None, dst=dst_a.ip, hint="give a source of the destination's family, or none",
+        )
+    if dst_a.family == AF_IB:
+        pred = _predict_ib(dst_a, src_a, devs, ck, check_node)
+    else:
+        if network is None:
+            from . import netlink as network  # lazily: pyroute2 is slow to import
+        pred = _predict_ip(_as_ip(dst_a), _as_ip(src_a) if src_a is not None else None, scope_id, devs, network,
+                           ck, check_node)
+    refused = ck.refusal()
+    if refused is not None:
+        raise PrecheckError(refused.errno, refused.message, prediction=pred, src=pred.src_given, dst=pred.dst,
+                            netdev=refused.netdev, hint=refused.hint)
+    return _strict(pred, ck, strict)
+
+
+def _predict_ip(dst_ip: IPAddress, src_ip: Optional[IPAddress], scope_id: Any, devs: List[Device], network: Any,
+                ck: _Checks, check_node: bool) -> Prediction:
+    net = _Net(network)
     v = dst_ip.version
+    ck.known["src_given"] = src_ip
 
     # zones only matter for link-local addresses (the kernel ignores them elsewhere)
     dst_zone = None
@@ -405,9 +490,15 @@ def predict(
     src_specific = src_p is not None and not src_p.is_unspecified
 
     def fail(err: int, what: str, **kw: Any) -> PrecheckError:
+        """The kernel's refusal at this step (or the earlier one at bind), with the prediction so far."""
+        if check_node:
+            _check_node(ck)
+        earlier = ck.refusal()
+        if earlier is not None:  # the kernel refused at bind already: it never gets here
+            err, what, kw = earlier.errno, earlier.message, {"netdev": earlier.netdev, "hint": earlier.hint}
         kw.setdefault("src", src_ip)
         kw.setdefault("dst", dst_ip)
-        return PrecheckError(err, what, **kw)
+        return PrecheckError(err, what, prediction=ck.prediction(dst_ip), **kw)
 
     # ---- 1. binding the source --------------------------------------------------------
     bound = 0
@@ -429,13 +520,19 @@ def predict(
             bound = src_link.index
             ck.say("source %s belongs to %s: the id is bound to it (bound_dev_if %d), and the route "
                    "lookup is restricted to it (oif)" % (src_p, src_link.name, bound))
+        ck.known.update(bound_ifindex=bound, device_chosen_at="bind")
         bind_cands = _match(devs, src_link, src_p)
-        if _kernel_pick(bind_cands) is None:
-            raise fail(_errno.ENODEV, "no RDMA device has a GID for the source address on %s" % src_link.name,
-                       netdev=src_link.name, hint=_no_device_hint(src_link.name, devs, net, v))
-        pick = bind_cands[0]
-        ck.say("device: %s port %d GID %s [%s] %s, chosen at bind time" % (
-            pick.device, pick.port, pick.gid_index, pick.gid_type, gid_text(pick.gid)))
+        if not devs:
+            _no_device(ck, src_link.name)
+        elif _kernel_pick(bind_cands) is None:
+            ck.say("device: none has a GID for %s on %s: the kernel refuses the bind (ENODEV from write())"
+                   % (src_p, src_link.name))
+            ck.lack("gid", _errno.ENODEV, "no RDMA device has a GID for the source address on %s" % src_link.name,
+                    _no_device_hint(src_link.name, devs, net, v), netdev=src_link.name)
+        else:
+            pick = bind_cands[0]
+            ck.say("device: %s port %d GID %s [%s] %s, chosen at bind time" % (
+                pick.device, pick.port, pick.gid_index, pick.gid_type, gid_text(pick.gid)))
     elif _is_link_local6(dst_p):
         if src_p is not None:
             ck.say("a wildcard source was given: the destination's zone is not applied (bound_dev_if 0)")
@@ -447,10 +544,11 @@ def predict(
             ck.warn("link-local destination %s with a wildcard source: the kernel routes it over "
                     "whichever netdev its table lists first; give no source, or a source on the "
                     "zone's netdev" % dst_p, _errno.EINVAL)
+        ck.known["bound_ifindex"] = bound
 
     # ---- destination 0.0.0.0 / :: / 127.x / ::1 : cma_resolve_loopback ----------------
     if _any_or_loopback(dst_p):
-        return _loopback_any(dst_ip, src_ip, src_p if src_specific else None, devs, bind_cands, bound, ck, strict)
+        return _loopback_any(dst_ip, src_p if src_specific else None, devs, bind_cands, ck, check_node)
 
     # ---- 2. routing -------------------------------------------------------------------
     lookup = "ip route get %s" % dst_p
@@ -470,6 +568,8 @@ def predict(
                % (net.name(bound), dst_p, route.ifname))
     else:
         ck.say("route: " + route.describe())
+    ck.known.update(route_netdev=route.ifname, route_ifindex=route.ifindex, gateway=route.gateway,
+                    route_type=route.type, table=route.table, prefix=route.prefix)
 
     chosen_src: Optional[IPAddress] = src_p if src_specific else route.prefsrc
     if chosen_src is None and v == 6:
@@ -477,10 +577,12 @@ def predict(
                    hint="add an IPv6 address of the right scope to the egress netdev")
     if not src_specific:
         ck.say("source: %s (the route's preferred source)" % chosen_src)
+    ck.known["src"] = chosen_src
 
     route_link = net.by_index.get(route.ifindex) if route.ifindex is not None else None
     if route_link is None:
         raise fail(_errno.ENODEV, "the route's egress netdev (ifindex %s) is not visible" % route.ifindex)
+    ck.known.update(route_netdev=route_link.name, route_ifindex=route_link.index)
 
     # ---- the netdev the id binds to ---------------------------------------------------
     owner_link: Optional["Link"] = None
@@ -500,42 +602,11 @@ def predict(
     network_type = ("IPv4" if v == 4 else "IPv6") if routed else "IB"
     if routed:
         ck.say("the route has a gateway: RoCE v2 (routable) is required")
+    ck.known.update(netdev=eff.name, ifindex=eff.index, network=network_type)
 
     # ---- 3. the RDMA device -----------------------------------------------------------
-    if not devs:
-        raise fail(_errno.ENODEV, "no RDMA device is visible", netdev=eff.name,
-                   hint="no /sys/class/infiniband and no RDMA netlink: load the RDMA driver "
-                   "(e.g. `rdma link add rxe0 type rxe netdev %s`), or pass the device into this "
-                   "container/namespace" % eff.name)
-    gid_tables_known = any(p.gids or p.netdev for d in devs for p in d.ports)
-    if src_specific:
-        cands = bind_cands
-        chosen_at = "bind"
-        if src_link is not None and eff.index != src_link.index:
-            ck.warn("the device was chosen at bind time for %s, but the route leaves through %s"
-                    % (src_link.name, eff.name), _errno.ENODEV)
-    else:
-        chosen_at = "resolve"
-        cands = _match(devs, eff, chosen_src)
-        if _kernel_pick(cands) is None:
-            if gid_tables_known and eff.is_loopback:
-                raise fail(_errno.ENODEV, "%s belongs to %s: RDMA does not run on the loopback netdev"
-                           % (dst_p, eff.name), netdev=eff.name,
-                           hint="use an address of an RDMA netdev instead (%s); the kernel reports this as "
-                           "RDMA_CM_EVENT_ADDR_ERROR with status -19 (ENODEV)"
-                           % ", ".join(sorted(rdma_netdevs(devices=devs))))
-            if gid_tables_known:
-                raise fail(_errno.ENODEV, "the egress netdev %s has no RDMA device with a GID for %s"
-                           % (eff.name, chosen_src), netdev=eff.name,
-                           hint=_no_device_hint(eff.name, devs, net, v)
-                           + "; the kernel reports this as RDMA_CM_EVENT_ADDR_ERROR with status -19 (ENODEV)")
-            ck.warn("cannot see any RDMA GID table (no sysfs?): the device could not be predicted", _errno.ENODEV)
-        else:
-            pick = cands[0]
-            ck.say("device: %s%s port %d GID %s [%s] %s: the first device x port with a %s "
-                   "GID for %s on %s" % (pick.device, _index_text(pick.device_index), pick.port, pick.gid_index,
-                                         pick.gid_type, gid_text(pick.gid), pick.gid_type, chosen_src,
-                                         eff.name))
+    cands = _choose_device(ck, devs, net, eff, chosen_src, src_specific, src_link, bind_cands, dst_p, v)
+    ck.known["candidates"] = tuple(cands)
     pick_c = _kernel_pick(cands)
     if pick_c is not None:
         if pick_c.port_state is not None and pick_c.port_state is not PortState.ACTIVE:
@@ -546,6 +617,77 @@ def predict(
                     "route" % (route.gateway, pick_c.device, pick_c.port), _errno.EHOSTUNREACH)
 
     # ---- neighbour ---------------------------------------------------------------------
+    _neighbour(ck, network, route, route_link, eff, dst_p, routed)
+
+    # ---- IPoIB ---------------------------------------------------------------------------
+    if eff.type == _ARPHRD_INFINIBAND:
+        ipoib = _ipoib_status(eff, net, devs)
+        ck.known["ipoib"] = ipoib
+        ck.say("IPoIB %s: %s, carrier %s, GID %s, port %s/%s %s" % (
+            ipoib.netdev, ipoib.operstate, ipoib.carrier, ipoib.gid, ipoib.device, ipoib.port, ipoib.port_state))
+        if not ipoib.up:
+            ck.warn("IPoIB netdev %s is down: InfiniBand address resolution needs IPoIB up on both ends"
+                    % eff.name, _errno.ENETDOWN)
+
+    # ---- several RDMA netdevs on the destination's subnet ------------------------------
+    # (only when the routing table decides alone: no source, no zone)
+    if not (src_specific or bound or _is_link_local6(dst_p)):
+        _same_subnet(ck, net, devs, dst_p, eff.name)
+
+    if devs and all(d.index is None for d in devs):
+        ck.say("RDMA devices from sysfs only (RDMA netlink unavailable): device order by name")
+    if check_node:
+        _check_node(ck)
+    return ck.prediction(dst_ip)
+
+
+def _no_device(ck: _Checks, netdev: Optional[str]) -> None:
+    ck.say("device: none: no RDMA device is visible in this network namespace")
+    load = "`rdma link add rxe0 type rxe netdev %s`" % netdev if netdev else "an InfiniBand HCA's driver"
+    ck.lack("device", _errno.ENODEV, "no RDMA device is visible", netdev=netdev,
+            hint="no /sys/class/infiniband and no RDMA netlink: load the RDMA driver "
+            "(e.g. %s), or pass the device into this container/namespace" % load)
+
+
+def _choose_device(ck: _Checks, devs: List[Device], net: _Net, eff: "Link", chosen_src: Optional[IPAddress],
+                   src_specific: bool, src_link: Optional["Link"], bind_cands: List[Candidate], dst_p: IPAddress,
+                   v: int) -> List[Candidate]:
+    """``cma_acquire_dev_by_src_ip`` at resolve time (or the bind's pick); a lack is recorded, not raised."""
+    if src_specific:
+        if src_link is not None and eff.index != src_link.index and _kernel_pick(bind_cands) is not None:
+            ck.warn("the device was chosen at bind time for %s, but the route leaves through %s"
+                    % (src_link.name, eff.name), _errno.ENODEV)
+        return bind_cands
+    if not devs:
+        _no_device(ck, eff.name)
+        return []
+    gid_tables_known = any(p.gids or p.netdev for d in devs for p in d.ports)
+    cands = _match(devs, eff, chosen_src)
+    if _kernel_pick(cands) is not None:
+        pick = cands[0]
+        ck.say("device: %s%s port %d GID %s [%s] %s: the first device x port with a %s "
+               "GID for %s on %s" % (pick.device, _index_text(pick.device_index), pick.port, pick.gid_index,
+                                     pick.gid_type, gid_text(pick.gid), pick.gid_type, chosen_src, eff.name))
+    elif gid_tables_known and eff.is_loopback:
+        ck.say("device: none: RDMA does not run on %s" % eff.name)
+        ck.lack("device", _errno.ENODEV, "%s belongs to %s: RDMA does not run on the loopback netdev"
+                % (dst_p, eff.name), netdev=eff.name,
+                hint="use an address of an RDMA netdev instead (%s); the kernel reports this as "
+                "RDMA_CM_EVENT_ADDR_ERROR with status -19 (ENODEV)" % ", ".join(sorted(rdma_netdevs(devices=devs))))
+    elif gid_tables_known:
+        ck.say("device: none has a GID for %s on %s" % (chosen_src, eff.name))
+        ck.lack("gid", _errno.ENODEV, "the egress netdev %s has no RDMA device with a GID for %s"
+                % (eff.name, chosen_src), netdev=eff.name,
+                hint=_no_device_hint(eff.name, devs, net, v)
+                + "; the kernel reports this as RDMA_CM_EVENT_ADDR_ERROR with status -19 (ENODEV)")
+    else:
+        ck.warn("cannot see any RDMA GID table (no sysfs?): the device could not be predicted", _errno.ENODEV)
+    return cands
+
+
+def _neighbour(ck: _Checks, network: Any, route: "Route", route_link: "Link", eff: "Link", dst_p: IPAddress,
+               routed: bool) -> None:
+    """Whose link-layer address the resolution needs, and whether the neighbour table has it."""
     next_hop: Optional[IPAddress] = None
     nud = None
     needs = False
@@ -573,22 +715,14 @@ def predict(
                         _errno.ETIMEDOUT)
         if not eff.is_up or eff.operstate == "DOWN":
             ck.warn("%s is down (%s)" % (eff.name, eff.operstate), _errno.ENETDOWN)
+    ck.known.update(next_hop=next_hop, neighbour=nud, needs_neighbour_resolution=needs)
 
-    # ---- IPoIB ---------------------------------------------------------------------------
-    ipoib = None
-    if eff.type == _ARPHRD_INFINIBAND:
-        ipoib = _ipoib_status(eff, net, devs)
-        ck.say("IPoIB %s: %s, carrier %s, GID %s, port %s/%s %s" % (
-            ipoib.netdev, ipoib.operstate, ipoib.carrier, ipoib.gid, ipoib.device, ipoib.port, ipoib.port_state))
-        if not ipoib.up:
-            ck.warn("IPoIB netdev %s is down: InfiniBand address resolution needs IPoIB up on both ends"
-                    % eff.name, _errno.ENETDOWN)
 
-    # ---- several RDMA netdevs on the destination's subnet ------------------------------
-    # (only when the routing table decides alone: no source, no zone)
+def _same_subnet(ck: _Checks, net: _Net, devs: List[Device], dst_p: IPAddress, picked: str) -> None:
     rdma_names = rdma_netdevs(devices=devs)
+    v = dst_p.version
     same: List[str] = []
-    for link in net.links if not (src_specific or bound or _is_link_local6(dst_p)) else ():
+    for link in net.links:
         if link.is_loopback or link.name not in rdma_names:
             continue
         for a in net.addrs.get(link.index, ()):
@@ -596,37 +730,80 @@ def predict(
                 same.append("%s (%s)" % (link.name, a.interface))
                 break
     if len(same) > 1:
-        ck.warn("%d RDMA netdevs are on %s's subnet: %s; the routing table picks %s -- pass src= (an "
-                "address of the one you mean) to choose" % (len(same), dst_p, ", ".join(same), eff.name),
+        ck.warn("%d RDMA netdevs are on %s's subnet: %s; the routing table picks %s -- give a source "
+                "address (one of the netdev you mean) to choose" % (len(same), dst_p, ", ".join(same), picked),
                 _errno.ENOTUNIQ)
 
-    if devs and all(d.index is None for d in devs):
-        ck.say("RDMA devices from sysfs only (RDMA netlink unavailable): device order by name")
 
-    pred = Prediction(
-        dst=dst_ip,
-        src_given=src_ip,
-        src=chosen_src,
-        netdev=eff.name,
-        ifindex=eff.index,
-        route_netdev=route_link.name,
-        route_ifindex=route_link.index,
-        gateway=route.gateway,
-        route_type=route.type,
-        table=route.table,
-        prefix=route.prefix,
-        bound_ifindex=bound,
-        device_chosen_at=chosen_at,
-        network=network_type,
-        next_hop=next_hop,
-        neighbour=nud,
-        needs_neighbour_resolution=needs,
-        candidates=tuple(cands),
-        ipoib=ipoib,
-        warnings=tuple(w for w, _ in ck.warnings),
-        reasoning=tuple(ck.reasoning),
-    )
-    return _strict(pred, ck, strict)
+def _check_node(ck: _Checks) -> None:
+    if not any(m.what == "rdma_cm" for m in ck.missing):
+        lack = rdma_cm_node()
+        if lack is not None:
+            ck.missing.append(lack)
+
+
+def rdma_cm_node(path: Optional[str] = None) -> Optional[Missing]:
+    """None when the rdma_cm device node opens as an EventChannel would open it; else what is wrong."""
+    from ._device import KernelDevice
+    from .errors import DeviceNodeError
+
+    try:
+        KernelDevice(path).close()
+    except DeviceNodeError as e:
+        text = str(e.args[1]) if len(e.args) > 1 else str(e)
+        message = text.split(": %s " % errno_name(e.errno or 0))[0]
+        return Missing("rdma_cm", e.errno or _errno.ENODEV, message, e.hint or "")
+    return None
+
+
+def _predict_ib(dst: SockAddr, src: Optional[SockAddr], devs: List[Device], ck: _Checks,
+                check_node: bool) -> Prediction:
+    """AF_IB: ``cma_resolve_ib_dev`` (no source) or the port holding the source GID (bind)."""
+    gid = ipaddress.IPv6Address(dst.ip.packed)
+    prefix = ipaddress.IPv6Network((int(gid) >> 64 << 64, 64))
+    ck.known.update(src_given=src.ip if src is not None else None, network="IB")
+    ck.say("destination gid:%s (pkey %#06x) is an InfiniBand address (AF_IB): no IP routing, ARP or netdev; "
+           "the kernel picks the port itself" % (gid, dst.pkey))
+    ib_ports = [(d, p) for d in _device_order(devs) for p in d.ports if p.link_layer is LinkLayer.INFINIBAND]
+
+    def cand(d: Device, p: Any, g: Any) -> Candidate:
+        return Candidate(device=d.name, device_index=d.index, port=p.number, gid_index=g.index, gid=g.gid,
+                         gid_type=g.type, port_state=p.state, default=True)
+
+    cands: List[Candidate] = []
+    if src is not None and not src.ip.is_unspecified:
+        want = ipaddress.IPv6Address(src.ip.packed)
+        cands = [cand(d, p, g) for d, p in ib_ports for g in p.gids if g.gid == want][:1]
+        ck.known["device_chosen_at"] = "bind"
+        ck.say("source gid:%s: the id binds to the port whose GID table holds it" % want)
+        what = "no InfiniBand port has the source GID %s" % want
+    else:
+        ck.say("cma_resolve_ib_dev: the first InfiniBand port, in device order, whose GID table holds %s; "
+               "else the first ACTIVE one with a GID of its subnet prefix %s" % (gid, prefix))
+        exact = [cand(d, p, g) for d, p in ib_ports for g in p.gids if g.gid == gid]
+        near = [cand(d, p, g) for d, p in ib_ports for g in p.gids
+                if g.gid in prefix and p.state is PortState.ACTIVE]
+        cands = (exact or near)[:1]
+        what = "no InfiniBand port has a GID of %s's subnet prefix %s" % (gid, prefix)
+    if not devs:
+        _no_device(ck, None)
+    elif not ib_ports:
+        ck.lack("device", _errno.ENODEV, "no InfiniBand port is visible: an AF_IB (gid:) address needs one",
+                "RoCE and iWARP ports take no AF_IB addresses (rdma_cap_af_ib): use the destination's IP "
+                "address instead; the kernel refuses RESOLVE_ADDR with ENODEV")
+    elif not cands:
+        ck.lack("gid", _errno.ENODEV, what, "see the GID tables (`pyrdmacm devices`); the kernel refuses "
+                "RESOLVE_ADDR with ENODEV")
+    else:
+        c = cands[0]
+        ck.known["src"] = c.gid
+        ck.say("device: %s%s port %d GID %s %s" % (c.device, _index_text(c.device_index), c.port, c.gid_index,
+                                                  gid_text(c.gid)))
+        ck.say("assumed: pkey %#06x is in the port's pkey table (not checked here)" % dst.pkey)
+    ck.known["candidates"] = tuple(cands)
+    if check_node:
+        _check_node(ck)
+    return ck.prediction(gid)
 
 
 def _strict(pred: Prediction, ck: _Checks, strict: bool) -> Prediction:
@@ -634,14 +811,13 @@ def _strict(pred: Prediction, ck: _Checks, strict: bool) -> Prediction:
         raise PrecheckError(
             ck.warnings[0][1], "strict pre-check: " + "; ".join(w for w, _ in ck.warnings),
             prediction=pred, src=pred.src_given, dst=pred.dst, netdev=pred.netdev, device=pred.device,
-            hint="the kernel would accept this; strict=False returns the prediction with its warnings",
+            hint="the kernel would accept this: only the strict pre-check refuses it",
         )
     return pred
 
 
-def _loopback_any(dst_ip: IPAddress, src_ip: Optional[IPAddress], src_p: Optional[IPAddress],
-                  devs: Sequence[Device], bind_cands: List[Candidate], bound: int, ck: _Checks,
-                  strict: bool) -> Prediction:
+def _loopback_any(dst_ip: IPAddress, src_p: Optional[IPAddress], devs: Sequence[Device],
+                  bind_cands: List[Candidate], ck: _Checks, check_node: bool) -> Prediction:
     """Destination 0.0.0.0, ::, 127.0.0.0/8 or ::1 -> ``cma_resolve_loopback``: no routing at all.
 
     The id keeps the device bound with its source, or takes the first device
@@ -651,42 +827,45 @@ def _loopback_any(dst_ip: IPAddress, src_ip: Optional[IPAddress], src_p: Optiona
     ck.say("destination %s is %s: the kernel resolves it as loopback (cma_resolve_loopback), "
            "without routing or ARP" % (_plain(dst_ip), "the wildcard" if dst_ip.is_unspecified
                                        else "a loopback address"))
+    src = src_p if src_p is not None else (
+        ipaddress.IPv4Address("127.0.0.1") if dst_ip.version == 4 else ipaddress.IPv6Address("::1"))
+    ck.known["src"] = src
+    cands: List[Candidate] = []
     if bind_cands:
         cands = bind_cands[:1]
         ck.say("device: %s port %d, chosen at bind time" % (cands[0].device, cands[0].port))
-    else:
-        if not devs:
-            raise PrecheckError(_errno.ENODEV, "no RDMA device is visible for a loopback resolution",
-                                dst=dst_ip, hint="the kernel binds a loopback id to the first RDMA device")
-        first = None
-        for d in _device_order(devs):
-            for p in d.ports:
-                if p.state is PortState.ACTIVE:
-                    first = (d, p)
-                    break
-            if first:
-                break
+    elif src_p is None:
+        first = _first_active_port(devs)
         if first is None:
-            d0 = _device_order(devs)[0]
-            first = (d0, d0.ports[0]) if d0.ports else None
-        if first is None:
-            raise PrecheckError(_errno.ENODEV, "no RDMA port is visible for a loopback resolution", dst=dst_ip)
-        d, p = first
-        g0 = next((g for g in p.gids if g.index == 0), None)
-        cands = [Candidate(device=d.name, device_index=d.index, port=p.number, gid_index=0,
-                           gid=g0.gid if g0 else None, gid_type=g0.type if g0 else None,
-                           port_state=p.state, default=True)]
-        ck.say("device: %s port %d GID 0: the first device with an ACTIVE port" % (d.name, p.number))
-    src = src_p if src_p is not None else (
-        ipaddress.IPv4Address("127.0.0.1") if dst_ip.version == 4 else ipaddress.IPv6Address("::1"))
-    pred = Prediction(
-        dst=dst_ip, src_given=src_ip, src=src, netdev=None, ifindex=None, route_netdev=None,
-        route_ifindex=None, gateway=None, route_type=None, table=None, prefix=None, bound_ifindex=bound,
-        device_chosen_at="bind" if bind_cands else "resolve", network="IB", next_hop=None, neighbour=None,
-        needs_neighbour_resolution=False, candidates=tuple(cands), ipoib=None,
-        warnings=tuple(w for w, _ in ck.warnings), reasoning=tuple(ck.reasoning),
-    )
-    return _strict(pred, ck, strict)
+            ck.say("device: none: the kernel binds a loopback id to the first RDMA device")
+            ck.lack("device", _errno.ENODEV, "no RDMA %s is visible for a loopback resolution"
+                    % ("device" if not devs else "port"),
+                    hint="the kernel binds a loopback id to the first RDMA device: load one "
+                    "(e.g. `rdma link add rxe0 type rxe netdev eth0`)")
+        else:
+            d, p = first
+            g0 = next((g for g in p.gids if g.index == 0), None)
+            cands = [Candidate(device=d.name, device_index=d.index, port=p.number, gid_index=0,
+                               gid=g0.gid if g0 else None, gid_type=g0.type if g0 else None,
+                               port_state=p.state, default=True)]
+            ck.say("device: %s port %d GID 0: the first device with an ACTIVE port" % (d.name, p.number))
+    ck.known.update(candidates=tuple(cands), device_chosen_at="bind" if bind_cands else "resolve")
+    if check_node:
+        _check_node(ck)
+    return ck.prediction(dst_ip)
+
+
+def _first_active_port(devs: Sequence[Device]) -> Optional[Tuple[Device, Any]]:
+    """The first device x port that is ACTIVE, else the first device's first port."""
+    for d in _device_order(devs):
+        for p in d.ports:
+            if p.state is PortState.ACTIVE:
+                return d, p
+    if devs:
+        d0 = _device_order(devs)[0]
+        if d0.ports:
+            return d0, d0.ports[0]
+    return None
 
 
 def _index_text(index: Optional[int]) -> str:

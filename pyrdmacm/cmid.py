@@ -125,6 +125,7 @@ def _qp_num(value: Any) -> int:
 
 #: connect()/accept() with no parameters but (perhaps) a QP number: these, checked once
 _DEFAULT_PARAM = ConnParam()
+_NOT_ONLY_QPN = object()
 
 
 def _private_data(value: Any, message: str, family: int) -> bytes:
@@ -269,7 +270,7 @@ class CmId:
         self._state = new
         self._cache = None
         try:
-            ch.submit(data, command, **(ctx or {"dst": self._peer()}))
+            ch._submit(data, command, ctx, self)
         except BaseException:
             if self._state is new:
                 self._state = old
@@ -387,9 +388,14 @@ class CmId:
     def _conn_param(self, param: Any, private_data: Any, fields: Dict[str, Any], message: str) -> Tuple[ConnParam, int]:
         """The connection parameters of connect/accept, checked (UsageError before any syscall),
         and the QP number to send."""
-        if private_data is None and not fields and (param is None or param.__class__ is int):
-            # the defaults (valid for every message) and the caller's QP number, or one allocated
-            return _DEFAULT_PARAM, allocate_qp_num() if param is None else _qp_num(param)
+        if private_data is None and param.__class__ is not ConnParam:
+            # the defaults (valid for every message) with at most a QP number: none to check
+            qpn = param if not fields else fields["qp_num"] if (param is None and len(fields) == 1
+                                                                and "qp_num" in fields) else _NOT_ONLY_QPN
+            if qpn is None:
+                return _DEFAULT_PARAM, allocate_qp_num()
+            if qpn.__class__ is int:
+                return _DEFAULT_PARAM, _qp_num(qpn)
         if isinstance(param, ConnParam):
             if private_data is not None or fields:
                 raise UsageError("give a ConnParam or its fields as keyword arguments, not both")

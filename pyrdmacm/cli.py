@@ -15,22 +15,16 @@ Subcommands (``pyrdmacm COMMAND --help`` for each)::
     pyrdmacm listen [ADDR:]PORT [--ps tcp|udp] [--count N] [--reject] [--private-data HEX] [--json]
                                                      show each request and its events; accept or reject
 
-Exit status of ``resolve``: 0 resolved; 1 a failure event (ADDR_ERROR,
-ROUTE_ERROR: the status says why); 2 the kernel refused the command (errno),
-or, with ``--strict``, the pre-check refused or warned (nothing was sent);
-3 bad input; 4 no usable rdma_cm here (module not loaded, node missing).
-``route``: 0 a prediction, 2 the kernel will certainly refuse (errno), or a
-warning with ``--strict``; 3 bad input.
-``conformance``: 0 every case as expected; 1 some case was not (the table says
-which); 4 no usable rdma_cm here.
-``ping``: 0 every attempt established (and disconnected); 1 some attempt ended in a
-failure event (REJECTED, UNREACHABLE, ADDR_ERROR ...: the reason by number and name,
-and what it means) or timed out (the step is named); 2 the kernel refused a command
-(the attempts stop there); 3 bad input; 4 no usable rdma_cm here; 130 interrupted
-(SIGINT: the summary so far is printed, the id destroyed).
-``listen``: 0 when it stops (``--count`` connections ended, or SIGINT / SIGTERM: its
-ids are destroyed); 1 the listener itself got a failure event; 2 the kernel refused
-the bind or listen (EADDRINUSE ...); 3 bad input; 4 no usable rdma_cm here.
+The exit status is the same for every subcommand (``EXIT_CODES``, shown by
+``--help`` and docs/cli.md): 0 success, 1 a failure event, 2 the kernel
+refused (or would refuse, or ``--strict`` refused), 3 bad input, 4 no usable
+RDMA here, 130 interrupted.
+
+Addresses are written as the library takes them (``10.0.0.2``,
+``10.0.0.2:7471``, ``fe80::1%eth0``, ``[fe80::1%eth0]:7471``, ``gid:...``) or as
+host names, looked up as rping does (getaddrinfo, its first answer; the one
+taken is shown); ``-n``/``--numeric`` looks up no names.  The address parsed
+here is the one the pre-check and the library get.
 
 ``ping`` makes the connection a client would, without a QP: RESOLVE_ADDR, RESOLVE_ROUTE,
 CONNECT (a QP number allocated unique in the process; the peer's data would go there),
@@ -59,7 +53,33 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-EXIT_OK, EXIT_EVENT, EXIT_KERNEL, EXIT_USAGE, EXIT_NODEV = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_EVENT, EXIT_KERNEL, EXIT_USAGE, EXIT_NODEV, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+
+#: every subcommand's exit status, and what it means: the code returns these, --help and
+#: docs/cli.md show this table (a test holds the document to it)
+EXIT_CODES: Tuple[Tuple[int, str], ...] = (
+    (EXIT_OK, "success: resolved, connected, stopped as asked, every conformance case as expected; "
+              "route: the prediction is complete, the kernel would resolve"),
+    (EXIT_EVENT, "a failure event (ADDR_ERROR, ROUTE_ERROR, REJECTED, UNREACHABLE ...: its status says why), "
+                 "or no answer in time; conformance: a case was not as expected"),
+    (EXIT_KERNEL, "the kernel refused a command (the errno of write()); route: the kernel would refuse; "
+                  "--strict: the pre-check refused or warned, and nothing was sent"),
+    (EXIT_USAGE, "bad input: an argument or flag that cannot be used (argparse's refusals too); nothing was sent"),
+    (EXIT_NODEV, "no usable RDMA here: no rdma_cm device node (rdma_ucm not loaded, node not passed into the "
+                 "container), no RDMA device, or none with a GID for the source (ADDR_ERROR status -19 ENODEV too)"),
+    (EXIT_INTERRUPTED, "interrupted (SIGINT) before the end: ping prints its summary so far; ids are destroyed "
+                       "(listen, which runs until stopped, exits 0)"),
+)
+
+
+def exit_codes_text(width: int = 78) -> str:
+    """The exit-code table as --help and docs/cli.md show it."""
+    import textwrap
+
+    lines = ["exit status (every subcommand):"]
+    for code, meaning in EXIT_CODES:
+        lines += textwrap.wrap(meaning, width, initial_indent="  %-4d" % code, subsequent_indent=" " * 6)
+    return "\n".join(lines)
 
 
 def _ip_text(v: Any) -> str:
@@ -103,48 +123,197 @@ def _err(msg: str) -> None:
     sys.stderr.write("pyrdmacm: %s\n" % msg)
 
 
+def _text(e: BaseException) -> str:
+    """An exception's message; an OSError's without Python's "[Errno N]" (ours name the errno)."""
+    if isinstance(e, OSError) and isinstance(e.strerror, str) and e.strerror:
+        return e.strerror
+    return str(e)
+
+
+# ------------------------------------------------------------------ addresses from the command line
+
+
+class _BadInput(Exception):
+    """A command-line value that cannot be used: the message says which and what to do."""
+
+
+def _address(text: str, what: str, numeric: bool, port: Optional[int] = None, family: int = 0) -> Tuple[Any, Any]:
+    """``(Address, HostName or None)``: what the user wrote for ``what`` (DST, --src ...),
+    a host name looked up unless ``numeric``; the Address is what the pre-check and the
+    library get."""
+    from .addr import host_name, lookup_host, parse_address
+    from .errors import UsageError
+
+    try:
+        if numeric:
+            return parse_address(text, port), None
+        return lookup_host(text, port, family=family)
+    except UsageError as e:
+        if numeric and host_name(text) is not None:
+            raise _BadInput("%s %r is a host name, and -n/--numeric looks up none: write an IP address"
+                            % (what, text)) from None
+        raise _BadInput("%s: %s" % (what, e)) from None
+
+
+def _family_text(a: Any) -> str:
+    from .addr import AF_IB
+
+    return "an InfiniBand GID" if a.family == AF_IB else "IPv%d" % a.ip.version
+
+
+def _dst_src(args: argparse.Namespace, port: Optional[int] = None) -> Tuple[Any, Any, List[Any]]:
+    """DST and --src as Addresses (the source first: a DST name is looked up in its family),
+    and the host names looked up."""
+    numeric = getattr(args, "numeric", False)
+    src, src_name = _address(args.src, "--src", numeric) if args.src else (None, None)
+    dst, dst_name = _address(args.dst, "DST", numeric, port, src.family if src is not None else 0)
+    if src is not None and (src.family != dst.family or src.ip.version != dst.ip.version):
+        raise _BadInput("--src %s is %s but DST %s is %s: give a --src of the destination's family, or none"
+                        % (args.src, _family_text(src), args.dst, _family_text(dst)))
+    return dst, src, [n for n in (dst_name, src_name) if n is not None]
+
+
+def _addr_text(a: Any) -> str:
+    """An Address as the user wrote it, port left out (it does not change where it lands)."""
+    from .addr import AF_IB
+
+    if a is None:
+        return None  # type: ignore[return-value]
+    if a.family == AF_IB:
+        return "gid:%s" % a.ip
+    if a.scope_id:
+        from .addr import _zone_name
+
+        return "%s%%%s" % (a.ip, _zone_name(a.scope_id))
+    return str(a.ip)
+
+
+def _timeout_ms(text: str) -> int:
+    try:
+        n = int(text, 10) if text.isascii() else 0
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 0xFFFFFFFF:
+        raise _BadInput("bad --timeout %r: give milliseconds, a whole number from 1 to 4294967295" % text)
+    return n
+
+
 # ------------------------------------------------------------------ route (prediction)
 
 
 def _predict(dst: Any, src: Any, strict: bool = False) -> Any:
     from . import precheck
 
-    return precheck.predict(dst, src, strict=strict)
+    return precheck.predict(dst, src, strict=strict, check_node=True)
+
+
+def _missing_json(m: Any) -> Dict[str, Any]:
+    from .errors import errno_name
+
+    return {"what": m.what, "errno": m.errno, "name": errno_name(m.errno), "message": m.message, "hint": m.hint,
+            "netdev": m.netdev}
+
+
+def _prediction_json(p: Any) -> Optional[Dict[str, Any]]:
+    if p is None:
+        return None
+    out: Dict[str, Any] = _jsonable(p)
+    out.update(device=p.device, port=p.port, sgid=_ip_text(p.sgid) if p.sgid is not None else None)
+    out["missing"] = [_missing_json(m) for m in p.missing]
+    out["complete"] = p.complete
+    return out
+
+
+def _error_json(e: Any) -> Dict[str, Any]:
+    from .errors import errno_name
+
+    return {"errno": e.errno, "name": errno_name(e.errno or 0), "message": _text(e)}
 
 
 def _prediction_lines(p: Any) -> List[str]:
-    lines = ["prediction:"]
+    lines = ["prediction:" if p.complete else "prediction (partial: what this host lacks is under missing):"]
     lines += ["  " + r for r in p.reasoning]
     lines += ["  warning: " + w for w in p.warnings]
+    if p.missing:
+        lines.append("missing:")
+        for m in p.missing:
+            lines += ["  %s (%s)" % (m.message, _errno_text(m.errno)), "    " + m.hint]
     return lines
+
+
+def _errno_text(err: int) -> str:
+    from .errors import errno_name
+
+    return "%s %s" % (errno_name(err), os.strerror(err))
+
+
+def _name_lines(names: List[Any]) -> List[str]:
+    return ["host name: %s" % n for n in names]
+
+
+def _stops_short(p: Any) -> str:
+    return "the prediction stops short: %s (see missing)" % "; ".join(m.message for m in p.missing)
+
+
+def _precheck_exit(e: Any) -> int:
+    """A pre-check refusal: 4 when what the host lacks is the reason (no device, no GID), else 2."""
+    p = e.prediction
+    lacking = p is not None and any(m.errno == e.errno and m.what != "rdma_cm" for m in p.missing)
+    return EXIT_NODEV if lacking else EXIT_KERNEL
 
 
 def cmd_route(args: argparse.Namespace) -> int:
     from .errors import PrecheckError, UsageError
 
     try:
-        p = _predict(args.dst, args.src, args.strict)
-    except PrecheckError as e:
-        if args.json:
-            _print_json({"error": {"errno": e.errno, "name": errno.errorcode.get(e.errno or 0, "?"), "message": str(e)},
-                         "prediction": e.prediction})
-        else:
-            _err(str(e))
-        return EXIT_KERNEL
-    except UsageError as e:
-        _err(str(e))
+        dst, src, names = _dst_src(args)
+    except _BadInput as e:
+        _err(_text(e))
         return EXIT_USAGE
+    out: Dict[str, Any] = {"dst": _addr_text(dst), "src": _addr_text(src), "names": [str(n) for n in names],
+                           "prediction": None, "error": None}
+    problem = None
+    try:
+        p = _predict(dst, src, args.strict)
+        code = EXIT_NODEV if p.missing else EXIT_OK
+        if p.missing:
+            problem = _stops_short(p)
+    except PrecheckError as e:
+        p, code = e.prediction, _precheck_exit(e)
+        problem = _stops_short(p) if code == EXIT_NODEV else _text(e)
+        out["error"] = _error_json(e)
+    except UsageError as e:
+        _err(_text(e))
+        return EXIT_USAGE
+    out["prediction"] = _prediction_json(p)
     if args.json:
-        _print_json(p)
-    else:
-        print("\n".join(_prediction_lines(p)))
-    return EXIT_OK
+        out["exit"] = code
+        _print_json(out)
+        return code
+    lines = _name_lines(names) + (_prediction_lines(p) if p is not None else [])
+    if lines:
+        print("\n".join(lines))
+    if problem:
+        _err(problem)
+    return code
 
 
 # ------------------------------------------------------------------ resolve
 
 
+def _pkey_text(pkey: int) -> str:
+    """A partition key as a reader wants it: its number and what it means."""
+    if pkey == 0:
+        return "0x0000 (none: RoCE and iWARP have no partitions)"
+    member = "full member" if pkey & 0x8000 else "limited member"
+    if pkey & 0x7FFF == 0x7FFF:
+        return "%#06x (the default partition, %s)" % (pkey, member)
+    return "%#06x (partition %#06x, %s)" % (pkey, pkey & 0x7FFF, member)
+
+
 def _id_summary(cm: Any) -> Dict[str, Any]:
+    from .devices import guid_text
+
     info = cm.query_addr()
     out: Dict[str, Any] = {
         "src": str(info.src) if info.src else None,
@@ -153,7 +322,7 @@ def _id_summary(cm: Any) -> Dict[str, Any]:
         "dst_port": info.dst.port if info.dst else None,
         "device": info.device.name if info.device else None,
         "device_index": info.device.index if info.device else None,
-        "node_guid": "%016x" % info.device.node_guid if info.device else None,
+        "node_guid": guid_text(info.device.node_guid) if info.device else None,
         "port": info.port_num,
         "pkey": "%#06x" % info.pkey,
     }
@@ -165,7 +334,36 @@ def _id_summary(cm: Any) -> Dict[str, Any]:
     return out
 
 
+#: IBTA's static rate codes (``enum ib_rate``) -> Gb/s; 0 is "the port's current rate"
+_RATE_GBPS = {2: 2.5, 5: 5, 3: 10, 6: 20, 4: 30, 7: 40, 8: 60, 9: 80, 10: 120, 11: 14, 12: 56, 13: 112,
+              14: 168, 15: 25, 16: 100, 17: 200, 18: 300, 19: 28, 20: 50, 21: 400, 22: 600, 23: 800}
+
+
+def _path_json(p: Any) -> Dict[str, Any]:
+    """A path record with its fields named: MTU in bytes, the rate in Gb/s, the pkey in hex,
+    the packet lifetime in microseconds (4.096 us x 2^code); the IBTA codes kept beside."""
+    out: Dict[str, Any] = _jsonable(p)
+    out.update(mtu=p.mtu_bytes, mtu_code=p.mtu, rate_gbps=_RATE_GBPS.get(p.rate), rate_code=p.rate,
+               pkey="%#06x" % p.pkey, packet_life_time_us=round(4.096 * (1 << min(p.packet_life_time, 31)), 3),
+               packet_life_time_code=p.packet_life_time)
+    out.pop("packet_life_time", None)
+    out.pop("rate", None)
+    return out
+
+
+def _path_lines(n: int, p: Dict[str, Any]) -> List[str]:
+    mtu = "%d" % p["mtu"] if p["mtu"] else "code %d (not an IBTA MTU)" % p["mtu_code"]
+    rate = "%g Gb/s" % p["rate_gbps"] if p["rate_gbps"] else (
+        "the port's current rate" if p["rate_code"] == 0 else "code %d" % p["rate_code"])
+    return ["  path %d: sgid %s dgid %s" % (n, p["sgid"], p["dgid"]),
+            "    pkey %s mtu %s rate %s" % (_pkey_text(int(p["pkey"], 16)), mtu, rate),
+            "    hop_limit %d traffic_class %d flow_label %#x sl %d packet_life_time %g us"
+            % (p["hop_limit"], p["traffic_class"], p["flow_label"], p["sl"], p["packet_life_time_us"])]
+
+
 PROGRESS_AFTER, PROGRESS_EVERY = 1.0, 0.5  # seconds
+#: ADDR_RESOLVED this close to the timeout (as a fraction of it) came with the kernel's retry at the deadline
+AT_TIMEOUT = 0.9
 
 
 def _wait(ch: Any, cm: Any, what: str, peer: Any, timeout_ms: int, progress: bool) -> Any:
@@ -201,65 +399,56 @@ def _wait(ch: Any, cm: Any, what: str, peer: Any, timeout_ms: int, progress: boo
 
 def cmd_resolve(args: argparse.Namespace) -> int:
     from .abi import PortSpace
-    from .addr import parse_address
     from . import channel as _channel
     from .cmid import CmId
-    from .errors import DeviceNodeError, KernelError, PrecheckError, UsageError
+    from .errors import DeviceNodeError, KernelError, UsageError
 
-    result: Dict[str, Any] = {"dst": args.dst, "src": args.src}
     if args.strict and args.no_precheck:
         _err("--strict needs the pre-check: drop --no-precheck")
         return EXIT_USAGE
     progress = args.progress or (not args.json and sys.stderr.isatty())
     try:
-        dst = parse_address(args.dst)
-        src = parse_address(args.src) if args.src else None
+        dst, src, names = _dst_src(args)
+        timeout_ms = _timeout_ms(args.timeout)
         ps = PortSpace[args.ps.upper()]
-    except (UsageError, KeyError) as e:
-        _err(str(e))
+    except _BadInput as e:
+        _err(_text(e))
         return EXIT_USAGE
+    result: Dict[str, Any] = {"dst": _addr_text(dst), "src": _addr_text(src), "names": [str(n) for n in names]}
+    if not args.json and names:
+        print("\n".join(_name_lines(names)))
 
     pred = None
     if not args.no_precheck:
-        try:
-            pred = _predict(args.dst, args.src, args.strict)
-            result["prediction"] = pred
-        except PrecheckError as e:
-            result["prediction_error"] = {"errno": e.errno, "message": str(e)}
-            if args.strict:
-                _err(str(e) + " (--strict: nothing was sent to the kernel)")
-                if args.json:
-                    result["exit"] = EXIT_KERNEL
-                    _print_json(result)
-                return EXIT_KERNEL
-        except Exception as e:  # the pre-check never stops the kernel from being asked
-            result["prediction_error"] = {"errno": None, "message": "pre-check unavailable: %s" % e}
-        if not args.json:
-            if pred is not None:
-                print("\n".join(_prediction_lines(pred)))
-            else:
-                print("prediction: %s" % result["prediction_error"]["message"])
+        stop = _resolve_precheck(args, dst, src, result)
+        if stop is not None:
+            return stop
+        pred = result.get("_prediction")
+    result.pop("_prediction", None)
 
     try:
         ch = _channel.EventChannel()
     except DeviceNodeError as e:
-        _err(str(e))
+        _err(_text(e))
         if args.json:
-            result["error"] = {"errno": e.errno, "message": str(e)}
+            result["error"] = {"errno": e.errno, "message": _text(e)}
+            result["exit"] = EXIT_NODEV
             _print_json(result)
         return EXIT_NODEV
 
-    code = EXIT_OK
     with ch:
         cm = CmId(ch, ps)
         t0 = time.monotonic()
         try:
-            cm.resolve_addr(dst, src=src, timeout_ms=args.timeout)
+            cm.resolve_addr(dst, src=src, timeout_ms=timeout_ms)
         except KernelError as e:
             result["kernel"] = {"refused": "RESOLVE_ADDR", "errno": e.errno, "name": errno.errorcode.get(e.errno or 0),
-                                "message": str(e)}
-            return _finish(args, result, EXIT_KERNEL, str(e))
-        ev = _wait(ch, cm, "ADDR_RESOLVED", dst.ip, args.timeout, progress)
+                                "message": _text(e)}
+            return _finish(args, result, _refused_exit(e.errno), _text(e))
+        except UsageError as e:  # what the library refuses before the syscall
+            _err(_text(e))
+            return EXIT_USAGE
+        ev = _wait(ch, cm, "ADDR_RESOLVED", _addr_text(dst), timeout_ms, progress)
         took = (time.monotonic() - t0) * 1000
         if ev is None:
             result["kernel"] = {"event": None, "message": "no event from the kernel"}
@@ -268,34 +457,103 @@ def cmd_resolve(args: argparse.Namespace) -> int:
                                 "ms": round(took, 3)}
         result["kernel"] = kern
         if ev.event.name != "ADDR_RESOLVED":
-            code = EXIT_EVENT
+            code = _event_exit(ev.event.name, ev.status)
         else:
+            code = EXIT_OK
             kern.update(_id_summary(cm))
+            kern["at_timeout"] = took >= AT_TIMEOUT * timeout_ms
+            if kern["at_timeout"]:
+                kern["note"] = _at_timeout_note(took, timeout_ms, pred)
             if pred is not None:
                 from . import precheck
 
-                try:
-                    result["mismatches"] = precheck.explain(pred, _KernelView(cm))
-                except Exception as e:  # pragma: no cover - defensive
-                    result["mismatches"] = ["cannot compare: %s" % e]
+                result["mismatches"] = precheck.explain(pred, _KernelView(cm))
             if args.route:
-                t1 = time.monotonic()
-                try:
-                    cm.resolve_route(max(args.timeout, 1))
-                    rev = _wait(ch, cm, "ROUTE_RESOLVED", dst.ip, args.timeout, progress)
-                    route: Dict[str, Any] = {"event": rev.event.name if rev else None,
-                                             "status": rev.status if rev else None,
-                                             "ms": round((time.monotonic() - t1) * 1000, 3)}
-                    if rev is not None and rev.event.name == "ROUTE_RESOLVED":
-                        route["paths"] = cm.query_path()
-                    else:
-                        code = EXIT_EVENT
-                except KernelError as e:
-                    route = {"refused": "RESOLVE_ROUTE", "errno": e.errno, "message": str(e)}
-                    code = EXIT_KERNEL
-                result["route"] = route
+                code = _resolve_route(ch, cm, dst, timeout_ms, progress, result)
         cm.destroy()
     return _finish(args, result, code, None)
+
+
+def _resolve_precheck(args: argparse.Namespace, dst: Any, src: Any, result: Dict[str, Any]) -> Optional[int]:
+    """The pre-check of ``resolve``: shown, kept in ``result``; an exit status when --strict stops here."""
+    from .errors import PrecheckError
+
+    pred = None
+    try:
+        pred = _predict(dst, src, args.strict)
+    except PrecheckError as e:
+        pred = e.prediction
+        result["prediction_error"] = _error_json(e)
+        if args.strict:
+            code = _precheck_exit(e)
+            return _strict_stop(args, result, pred, _text(e), code)
+    except OSError as e:  # the routing tables could not be read (no rtnetlink here)
+        message = "the pre-check could not read the routing tables: %s" % e
+        result["prediction_error"] = {"errno": e.errno, "name": errno.errorcode.get(e.errno or 0), "message": message}
+        if args.strict:
+            return _strict_stop(args, result, None, message, EXIT_KERNEL)
+    result["prediction"] = _prediction_json(pred)
+    result["_prediction"] = pred
+    if not args.json:
+        if pred is not None:
+            print("\n".join(_prediction_lines(pred)))
+        if "prediction_error" in result:
+            if pred is None or not pred.missing:
+                print("pre-check: %s" % result["prediction_error"]["message"])
+            print("the pre-check expects the kernel to refuse; without --strict it is asked all the same")
+    return None
+
+
+def _strict_stop(args: argparse.Namespace, result: Dict[str, Any], pred: Any, message: str, code: int) -> int:
+    result["prediction"] = _prediction_json(pred)
+    if args.json:
+        result["exit"] = code
+        _print_json(result)
+    elif pred is not None:
+        print("\n".join(_prediction_lines(pred)))
+    _err(message + " (--strict: nothing was sent to the kernel)")
+    return code
+
+
+def _refused_exit(err: Optional[int]) -> int:
+    """A command the kernel refused: 4 for ENODEV (no RDMA device for the address), else 2."""
+    return EXIT_NODEV if err == errno.ENODEV else EXIT_KERNEL
+
+
+def _event_exit(event: str, status: int) -> int:
+    """A failure event's exit status: 4 when it says this host has no RDMA device for it, else 1."""
+    return EXIT_NODEV if event == "ADDR_ERROR" and status == -errno.ENODEV else EXIT_EVENT
+
+
+def _at_timeout_note(took: float, timeout_ms: int, pred: Any) -> str:
+    hop = " of %s" % pred.next_hop if pred is not None and pred.next_hop is not None else ""
+    return ("ADDR_RESOLVED came at the timeout (%.0f ms of %d ms): the neighbour%s (ARP/ND) was not resolved "
+            "when the kernel first looked, and the kernel looks again when the timeout runs out (addr.c retries "
+            "a pending resolution at its deadline, unless a neighbour update wakes it first); the answer was "
+            "there by then. While the neighbour stays REACHABLE, a resolve answers at once"
+            % (took, timeout_ms, hop))
+
+
+def _resolve_route(ch: Any, cm: Any, dst: Any, timeout_ms: int, progress: bool, result: Dict[str, Any]) -> int:
+    from .errors import KernelError
+
+    t1 = time.monotonic()
+    code = EXIT_OK
+    try:
+        cm.resolve_route(timeout_ms)
+        rev = _wait(ch, cm, "ROUTE_RESOLVED", _addr_text(dst), timeout_ms, progress)
+        route: Dict[str, Any] = {"event": rev.event.name if rev else None, "status": rev.status if rev else None,
+                                 "status_name": rev.status_name if rev else None,
+                                 "ms": round((time.monotonic() - t1) * 1000, 3)}
+        if rev is not None and rev.event.name == "ROUTE_RESOLVED":
+            route["paths"] = [_path_json(p) for p in cm.query_path()]
+        else:
+            code = EXIT_EVENT
+    except KernelError as e:
+        route = {"refused": "RESOLVE_ROUTE", "errno": e.errno, "message": _text(e)}
+        code = EXIT_KERNEL
+    result["route"] = route
+    return code
 
 
 class _KernelView:
@@ -326,10 +584,12 @@ def _finish(args: argparse.Namespace, result: Dict[str, Any], code: int, message
 
             h = hint_for(k["status"])
             if h:
-                print("  " + h)
+                print("  " + h.replace("timeout_ms", "--timeout"))
         for key in ("src", "dst", "device", "device_index", "node_guid", "port", "pkey", "sgid", "dgid"):
             if key in k:
-                print("  %-12s %s" % (key, k[key]))
+                print("  %-12s %s" % (key, _pkey_text(int(k[key], 16)) if key == "pkey" else k[key]))
+        if k.get("note"):
+            print("  note: " + k["note"])
     elif message:
         print("kernel:\n  %s" % message)
     r = result.get("route")
@@ -337,10 +597,10 @@ def _finish(args: argparse.Namespace, result: Dict[str, Any], code: int, message
         if "refused" in r:
             print("route:\n  %s" % r["message"])
         else:
-            print("route:\n  %s in %.1f ms" % (r["event"], r["ms"]))
-            for p in r.get("paths", []):
-                print("  path sgid %s dgid %s pkey %#06x mtu %d hop_limit %d"
-                      % (_ip_text(p.sgid), _ip_text(p.dgid), p.pkey, p.mtu, p.hop_limit))
+            status = "" if not r["status"] else "  status %d %s" % (r["status"], r["status_name"])
+            print("route:\n  %s in %.1f ms%s" % (r["event"], r["ms"], status))
+            for n, p in enumerate(r.get("paths", []), 1):
+                print("\n".join(_path_lines(n, p)))
     mm = result.get("mismatches")
     if mm:
         print("MISMATCH between prediction and kernel (a bug in one of them):")
@@ -354,26 +614,43 @@ def _finish(args: argparse.Namespace, result: Dict[str, Any], code: int, message
 # ------------------------------------------------------------------ devices, probe, decode
 
 
+def _port_mtu_text(p: Any) -> str:
+    if p.active_mtu:
+        return "mtu %d" % p.active_mtu
+    if p.path_mtu:
+        return "mtu %d (rdma_cm's path MTU for %s's %d)" % (p.path_mtu, p.netdev, p.netdev_mtu)
+    return "mtu unknown (neither sysfs nor RDMA netlink tells it)"
+
+
+def _device_json(d: Any) -> Dict[str, Any]:
+    out: Dict[str, Any] = _jsonable(d)
+    out["node_guid"] = d.node_guid_text
+    for pj, p in zip(out["ports"], d.ports):
+        pj["path_mtu"] = p.path_mtu
+    return out
+
+
 def cmd_devices(args: argparse.Namespace) -> int:
     from . import devices
 
     devs = devices.list_devices()
     if args.json:
-        _print_json(devs)
+        _print_json([_device_json(d) for d in devs])
         return EXIT_OK
     if not devs:
         print("no RDMA devices in this network namespace (see `rdma link`, `rdma system`)")
         return EXIT_OK
     for d in devs:
         print("%s: index %s node_guid %s node_type %s (%s)" % (
-            d.name, "?" if d.index is None else d.index, d.node_guid_text,
-            d.node_type.name if d.node_type is not None else "?", d.source))
+            d.name, "unknown (no RDMA netlink)" if d.index is None else d.index, d.node_guid_text,
+            d.node_type.name if d.node_type is not None else "unknown", d.source))
         for p in d.ports:
-            print("    port %d: %s link_layer %s mtu %s netdev %s" % (
-                p.number, p.state.name if p.state is not None else "?", p.link_layer.value,
-                p.active_mtu or "?", p.netdev or "-"))
+            print("    port %d: %s link_layer %s %s netdev %s" % (
+                p.number, p.state.name if p.state is not None else "state unknown", p.link_layer.value,
+                _port_mtu_text(p), p.netdev or "none"))
             for g in p.gids:
-                print("        gid %-3d %-40s %-8s %s %s" % (g.index, g.gid, g.type.value, g.netdev or "", g.ip or ""))
+                print("        gid %-3d %-40s %-8s %s %s" % (g.index, _ip_text(g.gid), g.type.value, g.netdev or "",
+                                                          g.ip or ""))
     return EXIT_OK
 
 
@@ -420,7 +697,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     try:
         dev = _device.KernelDevice()
     except Exception as e:
-        info["open"] = str(e)
+        info["open"] = _text(e)
         code = EXIT_NODEV
     else:
         info["open"] = "ok"
@@ -450,7 +727,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
         data = parse_input(text)
         out = decode_reply(args.reply, data) if args.reply else decode_command(data)
     except DecodeError as e:
-        _err(str(e))
+        _err(_text(e))
         return EXIT_USAGE
     _print_json(out)
     return EXIT_OK
@@ -468,7 +745,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     try:
         results = conformance.run(local=args.local, only=args.case)
     except DeviceNodeError as e:
-        _err(str(e))
+        _err(_text(e))
         return EXIT_NODEV
     failed = [r for r in results if not r.passed]
     if args.json:
@@ -494,10 +771,6 @@ DEFAULT_PORT = 7471
 TIMEWAIT_GRACE = 10.0
 
 
-class _BadInput(Exception):
-    """A command-line value that cannot be used: the message says which and what to do."""
-
-
 def _count(text: Optional[str], default: Optional[int]) -> Optional[int]:
     if text is None:
         return default
@@ -507,16 +780,6 @@ def _count(text: Optional[str], default: Optional[int]) -> Optional[int]:
         n = 0
     if n < 1:
         raise _BadInput("bad --count %r: give a whole number of connections, 1 or more" % text)
-    return n
-
-
-def _timeout_ms(text: str) -> int:
-    try:
-        n = int(text, 10)
-    except ValueError:
-        n = 0
-    if not 1 <= n <= 0xFFFFFFFF:
-        raise _BadInput("bad --timeout %r: give milliseconds, a whole number from 1 to 4294967295" % text)
     return n
 
 
@@ -635,6 +898,14 @@ def _event_reason(ev: Any, step: str, message: Optional[str]) -> Dict[str, Any]:
     return out
 
 
+def _status_text(ev: Any) -> str:
+    """An event's status by number and name: a reject reason, a SIDR status or an errno."""
+    if ev.reason is not None:
+        kind = "reason" if ev.event.name == "REJECTED" else "SIDR status"
+        return "%s %d %s" % (kind, ev.status, ev.status_name)
+    return "status %d %s" % (ev.status, ev.status_name)
+
+
 def _reason_text(r: Dict[str, Any]) -> str:
     if r.get("refused"):
         return "kernel refused %s in step %s: %s" % (r["refused"], r["step"], r["message"])
@@ -720,7 +991,7 @@ def _attempt(ch: Any, seq: int, dst: Any, src: Any, ps: Any, data: bytes, timeou
             call()
         except KernelError as e:
             att["reason"] = {"step": name, "refused": e.command, "errno": e.errno,
-                             "name": errno.errorcode.get(e.errno or 0), "message": str(e)}
+                             "name": errno.errorcode.get(e.errno or 0), "message": _text(e)}
             return None
         w = _next_event(ch, cm, ok | failed, wait_s, t)
         steps[name] = round(w.ms, 3)
@@ -773,7 +1044,7 @@ def _attempt(ch: Any, seq: int, dst: Any, src: Any, ps: Any, data: bytes, timeou
         cm.establish()
     except KernelError as e:
         att["reason"] = {"step": "establish", "refused": e.command, "errno": e.errno,
-                         "name": errno.errorcode.get(e.errno or 0), "message": str(e)}
+                         "name": errno.errorcode.get(e.errno or 0), "message": _text(e)}
         return att
     steps["establish"] = round((time.monotonic() - t) * 1000, 3)
     att["established"] = True
@@ -827,42 +1098,44 @@ def _attempt_lines(a: Dict[str, Any], ud: bool) -> List[str]:
 
 
 def cmd_ping(args: argparse.Namespace) -> int:
-    from .abi import AF_INET, PortSpace
-    from .addr import parse_address
+    import dataclasses
+
+    from .abi import AF_IB, AF_INET, PortSpace
     from .errors import DeviceNodeError, UsageError
 
     try:
         ps = _port_space(args.ps)
-        try:
-            dst = parse_address(args.dst, DEFAULT_PORT)
-            src = parse_address(args.src) if args.src else None
-        except UsageError as e:
-            raise _BadInput(str(e)) from None
-        if _explicit_port(args.dst) and not parse_address(args.dst).port:
+        dst, src, names = _dst_src(args)
+        if _explicit_port(args.dst) and not dst.port:
             raise _BadInput("bad port 0 in %r: give DST:PORT with a port 1..65535 (default %d)"
                             % (args.dst, DEFAULT_PORT))
+        if not dst.port and dst.family != AF_IB:
+            dst = dataclasses.replace(dst, port=DEFAULT_PORT)
         count = _count(args.count, 1)
         timeout_ms = _timeout_ms(args.timeout)
         ud = ps is PortSpace.UDP
         data = _private_data_arg(args.private_data, [("SIDR_REQ" if ud else "REQ", dst.family or AF_INET)])
     except _BadInput as e:
-        _err(str(e))
+        _err(_text(e))
         return EXIT_USAGE
     assert count is not None
-    result: Dict[str, Any] = {"dst": _ip_text(dst.ip), "port": dst.port, "ps": ps.name, "src": args.src,
-                              "count": count, "timeout_ms": timeout_ms, "private_data": data.hex()}
+    result: Dict[str, Any] = {"dst": _ip_text(dst.ip), "port": dst.port, "ps": ps.name, "src": _addr_text(src),
+                              "names": [str(n) for n in names], "count": count, "timeout_ms": timeout_ms,
+                              "private_data": data.hex()}
     try:
         ch = _open_channel()
     except DeviceNodeError as e:
-        _err(str(e))
+        _err(_text(e))
         if args.json:
-            result["error"] = {"errno": e.errno, "message": str(e)}
+            result["error"] = {"errno": e.errno, "message": _text(e)}
             _print_json(result)
         return EXIT_NODEV
     where = "%s port %d" % (_ip_text(dst.ip), dst.port)
     if not args.json:
+        if names:
+            print("\n".join(_name_lines(names)))
         print("PING %s (rdma_cm PS_%s, %s)%s: %d attempt%s, %d bytes of private data in the %s" % (
-            where, ps.name, "UD: SIDR" if ud else "RC", " from %s" % args.src if args.src else "", count,
+            where, ps.name, "UD: SIDR" if ud else "RC", " from %s" % _addr_text(src) if src else "", count,
             "s" if count != 1 else "", len(data), "SIDR REQ" if ud else "REQ"), flush=True)
     attempts: List[Dict[str, Any]] = []
     started = time.monotonic()
@@ -875,7 +1148,7 @@ def cmd_ping(args: argparse.Namespace) -> int:
                 try:
                     a = _attempt(ch, seq, dst, src, ps, data, timeout_ms, args.timewait, holder)
                 except UsageError as e:  # what the library refuses before any syscall
-                    _err(str(e))
+                    _err(_text(e))
                     return EXIT_USAGE
                 finally:
                     _destroy_quietly(holder[0])
@@ -885,13 +1158,13 @@ def cmd_ping(args: argparse.Namespace) -> int:
                     print("\n".join(_attempt_lines(a, ud)), flush=True)
                 r = a["reason"]
                 if r is not None and r.get("refused"):
-                    code = EXIT_KERNEL
+                    code = _refused_exit(r.get("errno"))
                     break
-                if r is not None:
-                    code = EXIT_EVENT
+                if r is not None and code != EXIT_NODEV:
+                    code = _event_exit(r.get("event") or "", r.get("status") or 0)
         except KeyboardInterrupt:
             interrupted = True
-            code = 130
+            code = EXIT_INTERRUPTED
     summary = _ping_summary(attempts, started, interrupted)
     if args.json:
         result["attempts"] = attempts
@@ -971,7 +1244,7 @@ def cmd_listen(args: argparse.Namespace) -> int:
         else:
             data = _private_data_arg(args.private_data, [("SIDR_REP" if ud else "REP", family)])
     except _BadInput as e:
-        _err(str(e))
+        _err(_text(e))
         return EXIT_USAGE
 
     def emit(record: Dict[str, Any], *lines: str) -> None:
@@ -986,7 +1259,7 @@ def cmd_listen(args: argparse.Namespace) -> int:
     try:
         ch = _open_channel()
     except DeviceNodeError as e:
-        _err(str(e))
+        _err(_text(e))
         return EXIT_NODEV
     conns: Dict[int, _Conn] = {}
     stats = {"requests": 0, "accepted": 0, "rejected": 0, "ended": 0}
@@ -1008,8 +1281,8 @@ def cmd_listen(args: argparse.Namespace) -> int:
                 lst.bind_addr(addr)
                 lst.listen()
             except KernelError as e:
-                _err(str(e))
-                return EXIT_KERNEL
+                _err(_text(e))
+                return _refused_exit(e.errno)
             try:
                 bound = lst.query_addr().src or addr
             except KernelError:
@@ -1105,7 +1378,7 @@ def _listen_step(ch: Any, lst: Any, conns: Dict[int, "_Conn"], stats: Dict[str, 
                 req.accept(qp_num=None, private_data=data, responder_resources=p.initiator_depth,
                            initiator_depth=p.responder_resources)
         except KernelError as e:
-            emit({"event": "REFUSED", "conn": n, "command": e.command, "errno": e.errno, "message": str(e)},
+            emit({"event": "REFUSED", "conn": n, "command": e.command, "errno": e.errno, "message": _text(e)},
                  "#%d the kernel refused %s: %s" % (n, e.command, e))
             _end(conns, c, stats)
             return EXIT_OK
@@ -1125,8 +1398,9 @@ def _listen_step(ch: Any, lst: Any, conns: Dict[int, "_Conn"], stats: Dict[str, 
     c2 = conns.get(id(ev.id))
     if c2 is None:
         if ev.id is lst:
-            emit({"event": ev.event.name, "status": ev.status, "hint": ev.explain() or None},
-                 "listener: %s status %d %s" % (ev.event.name, ev.status, ev.explain()))
+            emit({"event": ev.event.name, "status": ev.status, "name": ev.status_name or None,
+                  "hint": ev.explain() or None},
+                 "listener: %s %s: %s" % (ev.event.name, _status_text(ev), ev.explain()))
             return EXIT_EVENT if not ev.ok else EXIT_OK
         return EXIT_OK
     ms = round((now - c2.t0) * 1000, 3)
@@ -1134,7 +1408,7 @@ def _listen_step(ch: Any, lst: Any, conns: Dict[int, "_Conn"], stats: Dict[str, 
     text = "#%d %s +%.2f ms" % (c2.n, ev.event.name, ms)
     if ev.status:
         record["name"] = ev.status_name or None
-        text += " status %d %s" % (ev.status, ev.status_name)
+        text += " " + _status_text(ev)
     hint = ev.explain() if not ev.ok or ev.status else ""
     if hint:
         record["hint"] = hint
@@ -1158,24 +1432,40 @@ def _end(conns: Dict[int, "_Conn"], c: "_Conn", stats: Dict[str, int]) -> None:
 # ------------------------------------------------------------------ main
 
 
-def _usage_exits_3(parser: argparse.ArgumentParser) -> None:
-    """argparse's own refusals (an unknown option, a missing argument) exit with 3, bad input,
-    as every other refusal of the subcommand does (argparse's 2 means "the kernel refused")."""
-    def error(message: str) -> Any:
-        parser.print_usage(sys.stderr)
-        parser.exit(EXIT_USAGE, "%s: error: %s\n" % (parser.prog, message))
-    setattr(parser, "error", error)
+class _Parser(argparse.ArgumentParser):
+    """argparse with its refusals (an unknown option, a missing argument, a bad choice) exiting
+    with EXIT_USAGE, as every other refusal of bad input does (argparse's own 2 would say "the
+    kernel refused"); every subcommand's --help ends with the exit-code table."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        kw.setdefault("epilog", exit_codes_text())
+        kw.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*a, **kw)
+
+    def error(self, message: str) -> Any:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, "%s: error: %s\n" % (self.prog, message))
+
+
+def _numeric_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-n", "--numeric", action="store_true",
+                   help="look up no host names: DST and --src must be addresses (as `ip -n`, `ping -n`)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pyrdmacm", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    from . import __version__
+
+    p = _Parser(prog="pyrdmacm", description=__doc__.split("\n\n")[0])
+    p.add_argument("--version", action="version", version="pyrdmacm %s" % __version__)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    dst_help = ("10.0.0.2, 10.0.0.2:7471, fe80::1%%eth0, [fec0::2]:7471, gid:fe80::2:c903:0:1, or a host name "
+                "(looked up as rping does: getaddrinfo's first answer)")
 
     r = sub.add_parser("resolve", help="resolve DST as rdma_resolve_addr does; show prediction and result")
-    r.add_argument("dst", help="10.0.0.2, fe80::1%%eth0, [2001:db8::1]:7471, gid:...")
+    r.add_argument("dst", metavar="DST", help=dst_help)
     r.add_argument("--src", help="source address to bind (default: the routing tables choose)")
-    r.add_argument("--timeout", type=int, default=2000, metavar="MS", help="timeout_ms (default 2000)")
+    r.add_argument("--timeout", default="2000", metavar="MS",
+                   help="the resolutions' timeout in ms, 1..4294967295 (default 2000)")
     r.add_argument("--route", action="store_true", help="also resolve the route and show the path record")
     r.add_argument("--ps", default="tcp", choices=["tcp", "udp", "ipoib", "ib"], help="port space (default tcp)")
     r.add_argument("--json", action="store_true", help="JSON output for scripts")
@@ -1183,21 +1473,24 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-precheck", action="store_true", help="ask the kernel only")
     r.add_argument("--progress", action="store_true",
                    help="show a progress line on stderr during long waits even when it is not a terminal")
+    _numeric_flag(r)
     r.set_defaults(func=cmd_resolve)
 
-    rt = sub.add_parser("route", help="predict where DST will land (routing tables, RDMA devices), no RDMA needed")
-    rt.add_argument("dst")
-    rt.add_argument("--src")
-    rt.add_argument("--json", action="store_true")
-    rt.add_argument("--strict", action="store_true")
+    rt = sub.add_parser("route", help="predict where DST will land (routing tables, RDMA devices); "
+                                      "needs no RDMA device: says what is missing")
+    rt.add_argument("dst", metavar="DST", help=dst_help)
+    rt.add_argument("--src", help="the source address resolve would bind")
+    rt.add_argument("--json", action="store_true", help="JSON output for scripts")
+    rt.add_argument("--strict", action="store_true", help="warnings become errors (exit 2)")
+    _numeric_flag(rt)
     rt.set_defaults(func=cmd_route)
 
     d = sub.add_parser("devices", help="RDMA devices, ports, GID tables and netdevs (no libibverbs)")
-    d.add_argument("--json", action="store_true")
+    d.add_argument("--json", action="store_true", help="JSON output for scripts")
     d.set_defaults(func=cmd_devices)
 
     pr = sub.add_parser("probe", help="the device node, ABI version, netns mode and kernel version")
-    pr.add_argument("--json", action="store_true")
+    pr.add_argument("--json", action="store_true", help="JSON output for scripts")
     pr.set_defaults(func=cmd_probe)
 
     dc = sub.add_parser("decode", help="decode a command write or a reply buffer (hex or strace -X raw -xx line)")
@@ -1207,7 +1500,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cf = sub.add_parser("conformance", help="check the running kernel's rdma_cm contract (bad input answered "
                                             "with the documented errno, known bugs fixed)")
-    cf.add_argument("--json", action="store_true")
+    cf.add_argument("--json", action="store_true", help="JSON output for scripts")
     cf.add_argument("--local", metavar="ADDR",
                     help="an IPv4 address of an RDMA netdev, for the cases that resolve (default: found in sysfs)")
     cf.add_argument("--case", action="append", default=[], metavar="NAME", help="run only this case (repeatable)")
@@ -1215,7 +1508,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pg = sub.add_parser("ping", help="connect to DST as a client would (resolve, connect, RTU, disconnect), "
                                      "N times; time each step, show what the peer answered")
-    pg.add_argument("dst", metavar="DST[:PORT]", help="10.0.0.2, 10.0.0.2:7471, [fe80::1%%eth0]:7471 "
+    pg.add_argument("dst", metavar="DST[:PORT]", help="10.0.0.2, 10.0.0.2:7471, [fe80::1%%eth0]:7471, peer:7471 "
                                                       "(port default " + str(DEFAULT_PORT)
                                                       + ", librdmacm's examples'; rping and udaddy use 7174)")
     pg.add_argument("--src", help="source address to bind (default: the routing tables choose)")
@@ -1225,12 +1518,12 @@ def build_parser() -> argparse.ArgumentParser:
     pg.add_argument("--private-data", metavar="HEX", help="private data for the REQ (at most 56 bytes; "
                                                           "SIDR REQ: 180)")
     pg.add_argument("--timeout", default="2000", metavar="MS",
-                    help="timeout_ms of the resolutions, and how long each later step waits (default 2000)")
+                    help="the resolutions' timeout in ms, and how long each later step waits (default 2000)")
     pg.add_argument("--timewait", action="store_true",
                     help="also wait for TIMEWAIT_EXIT after DISCONNECTED (about 2 s on Soft-RoCE) and time it")
     pg.add_argument("--json", action="store_true", help="one JSON object: the attempts and a summary")
+    _numeric_flag(pg)
     pg.set_defaults(func=cmd_ping)
-    _usage_exits_3(pg)
 
     ls = sub.add_parser("listen", help="listen on [ADDR:]PORT; show each request and what follows, "
                                        "accept (or --reject) it")
@@ -1245,26 +1538,30 @@ def build_parser() -> argparse.ArgumentParser:
                                                           "SIDR REP: 136) or, with --reject, the REJ (148)")
     ls.add_argument("--json", action="store_true", help="one JSON object per event, one per line, as they come")
     ls.set_defaults(func=cmd_listen)
-    _usage_exits_3(ls)
-    setattr(p, "_subcommands", {"ping": pg, "listen": ls})
+    setattr(p, "_subcommands", {name: sp for name, sp in sub.choices.items()})
     return p
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from .errors import RdmaCmError
+
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if extra:  # refused by the subcommand's parser: ping and listen exit 3, as for any bad input
+    if extra:  # refused by the subcommand's parser, whose usage line fits
         sub = getattr(parser, "_subcommands", {}).get(getattr(args, "command", None), parser)
         sub.error("unrecognized arguments: %s" % " ".join(extra))
     if not getattr(args, "func", None):
-        parser.print_help()
+        parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
         return int(args.func(args))
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK
+    except RdmaCmError as e:  # a refusal no subcommand expected: still a message, not a traceback
+        _err(_text(e))
+        return EXIT_USAGE if isinstance(e, ValueError) else _refused_exit(getattr(e, "errno", None))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -52,7 +52,8 @@ def test_decode_reply_event(capsys):
         (["decode", "0c000000"], "rdma_ucm_cmd_hdr at offset"),
         (["decode", "63000000" + "0000" + "0000"], "unknown command 99"),
         (["decode", "--reply", "NOPE", "00"], "unknown reply kind"),
-        (["resolve", "not-an-ip"], "not an IP address"),
+        (["resolve", "10.0.0.256"], "not an IP address"),
+        (["resolve", "-n", "not-an-ip"], "'not-an-ip' is a host name, and -n/--numeric looks up none"),
         (["resolve", "10.0.0.1", "--src", "fe80::1"], "needs a zone"),
     ],
 )

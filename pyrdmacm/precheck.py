@@ -708,7 +708,7 @@ def _neighbour(ck: _Checks, network: Any, route: "Route", route_link: "Link", ef
             needs = not nud.valid
             ck.say("next hop %s on %s: neighbour %s%s" % (
                 next_hop, route_link.name, nud,
-                "" if not needs else " -> the kernel sends ARP/ND and waits up to timeout_ms "
+                "" if not needs else " -> the kernel sends ARP/ND and waits up to the resolution's timeout "
                 "(no answer: ADDR_ERROR -110 ETIMEDOUT)"))
             if nud.name == "FAILED":
                 ck.warn("the last ARP/ND for %s on %s failed: expect ETIMEDOUT" % (next_hop, route_link.name),
@@ -731,7 +731,7 @@ def _same_subnet(ck: _Checks, net: _Net, devs: List[Device], dst_p: IPAddress, p
                 break
     if len(same) > 1:
         ck.warn("%d RDMA netdevs are on %s's subnet: %s; the routing table picks %s -- give a source "
-                "address (one of the netdev you mean) to choose" % (len(same), dst_p, ", ".join(same), picked),
+                "address (an address of the netdev you mean) to choose" % (len(same), dst_p, ", ".join(same), picked),
                 _errno.ENOTUNIQ)
 
 
@@ -888,7 +888,7 @@ def _no_device_hint(netdev: str, devs: Sequence[Device], net: _Net, version: int
         link = net.by_name.get(n)
         addrs = net.addr_text(link.index, version) if link else ""
         described.append("%s (%s)" % (n, addrs) if addrs else n)
-    return "%s has no RDMA device; the netdevs with one are: %s -- pass src= (one of their addresses) " \
+    return "%s has no RDMA device; the netdevs with one are: %s -- give a source address (one of theirs) " \
            "or route the destination through one of them" % (netdev, ", ".join(described))
 
 

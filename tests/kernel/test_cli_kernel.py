@@ -62,3 +62,37 @@ def test_progress_line_while_the_kernel_arps():
     code, out, err = pyrdmacm("resolve", "10.0.2.200", "--timeout", "1500", "--progress")
     assert code == 1 and "ADDR_ERROR" in out
     assert err.splitlines()[0] == "waiting for ADDR_RESOLVED from 10.0.2.200 ... 1.0 s / timeout 1.5 s"
+
+
+def test_path_record_fields_named_and_the_mtu_devices_predicts():
+    code, out, err = pyrdmacm("resolve", "10.0.2.2", "--route", "--json")
+    assert code == 0, err
+    j = json.loads(out)
+    k, path = j["kernel"], j["route"]["paths"][0]
+    with open("/sys/class/net/eth0/mtu") as f:
+        netdev_mtu = int(f.read())
+    from pyrdmacm.devices import roce_path_mtu
+
+    # the kernel's path record MTU is iboe_get_mtu() of eth0's MTU, in bytes here
+    assert path["mtu"] == roce_path_mtu(netdev_mtu) == 128 << path["mtu_code"]
+    assert path["pkey"] == "0xffff" and k["pkey"] == "0x0000"  # RoCE: the path's default, QUERY ADDR's none
+    code, out, _ = pyrdmacm("devices", "--json")
+    rxe = next(d for d in json.loads(out) if d["name"] == "rxe0")
+    assert rxe["node_guid"] == k["node_guid"] and len(k["node_guid"]) == 19 and k["node_guid"].count(":") == 3
+    assert rxe["ports"][0]["path_mtu"] == path["mtu"]
+    code, out, _ = pyrdmacm("resolve", "10.0.2.2", "--route")
+    assert "  pkey         0x0000 (none: RoCE and iWARP have no partitions)" in out
+    assert "    pkey 0xffff (the default partition, full member) mtu %d rate " % path["mtu"] in out
+    assert "  node_guid    %s" % k["node_guid"] in out
+
+
+def test_route_is_complete_where_rdma_is_and_takes_every_form():
+    for dst in ("10.0.2.2", "10.0.2.2:7471", "10.0.2.15:1"):
+        code, out, err = pyrdmacm("route", dst, "--json")
+        j = json.loads(out)
+        assert code == 0 == j["exit"], (dst, err)
+        p = j["prediction"]
+        assert p["complete"] is True and p["missing"] == [] and p["device"] == "rxe0"
+    code, out, _ = pyrdmacm("route", "localhost", "--json")  # a name: getaddrinfo's first answer
+    j = json.loads(out)
+    assert code == 0 and j["names"][0].startswith("localhost is ") and j["prediction"]["device"] == "rxe0"

@@ -24,9 +24,11 @@ def test_route_warns_and_strict_refuses():
     code, out, _ = pyrdmacm("route", "10.3.0.2")
     assert code == 0 and "warning:" in out and "eth3" in out and "eth4" in out
     code, out, err = pyrdmacm("route", "10.3.0.2", "--strict")
-    assert code == 2 and "strict pre-check" in err and "ENOTUNIQ" in err and out == ""
+    assert code == 2 and "strict pre-check" in err and "ENOTUNIQ" in err
+    assert out.startswith("prediction:\n") and "warning: 2 RDMA netdevs" in out  # the prediction all the same
     code, out, _ = pyrdmacm("route", "10.3.0.2", "--strict", "--json")
-    assert code == 2 and json.loads(out)["error"]["name"] == "ENOTUNIQ"
+    j = json.loads(out)
+    assert code == 2 == j["exit"] and j["error"]["name"] == "ENOTUNIQ" and j["prediction"]["complete"] is True
 
 
 def test_resolve_strict_sends_nothing_on_a_warning():
@@ -41,15 +43,20 @@ def test_resolve_strict_sends_nothing_on_a_warning():
     assert "nothing was sent to the kernel" in err
 
 
-def test_resolve_certain_refusal_asks_the_kernel_unless_strict():
-    # the pre-check is sure of ENODEV; without --strict the kernel still decides (ADDR_ERROR -19)
+def test_no_rdma_device_for_the_egress_netdev_exits_4_everywhere():
+    # the pre-check is sure of ENODEV; without --strict the kernel still decides (ADDR_ERROR -19);
+    # route, resolve and resolve --strict all say 4: no RDMA device for this destination here
     code, out, _ = pyrdmacm("resolve", "10.5.0.2", "--json")
     j = json.loads(out)
     assert j["prediction_error"]["errno"] == errno.ENODEV
     assert j["kernel"]["event"] == "ADDR_ERROR" and j["kernel"]["status_name"] == "ENODEV"
-    assert code == 1
+    assert code == 4 == j["exit"]
     code, out, _ = pyrdmacm("resolve", "10.5.0.2", "--strict", "--json")
-    assert code == 2 and "kernel" not in json.loads(out)
+    assert code == 4 and "kernel" not in json.loads(out)
+    code, out, err = pyrdmacm("route", "10.5.0.2", "--json")
+    p = json.loads(out)["prediction"]
+    assert code == 4 and [m["what"] for m in p["missing"]] == ["gid"] and p["missing"][0]["netdev"] == "eth5"
+    assert (p["route_netdev"], p["src"], p["next_hop"]) == ("eth5", "10.5.0.15", "10.5.0.2")
 
 
 def test_resolve_strict_without_warnings_resolves():

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tools"))
 import abi_probe  # noqa: E402
 
-SUITES = ("bookworm", "trixie", "sid")
+SUITES = ("bullseye", "bookworm", "trixie", "sid")
 
 #: Probe structs pyrdmacm does not declare on purpose, and why.
 NOT_DECLARED = {

@@ -83,7 +83,7 @@ SCHEMA = 1
 
 # Suites recorded in abi/layout, oldest first, with the kernel series each is
 # expected to carry (None: rolling, whatever it ships today).
-SUITES: Dict[str, Optional[str]] = {"bookworm": "6.1", "trixie": "6.12", "sid": None}
+SUITES: Dict[str, Optional[str]] = {"bullseye": "5.10", "bookworm": "6.1", "trixie": "6.12", "sid": None}
 FETCH_PACKAGES = ("linux-libc-dev", "librdmacm-dev")
 
 ALL = "*"
@@ -799,7 +799,7 @@ def _assemble(parse: Parse, headers: Sequence[HeaderSpec], raw: Dict[str, int]) 
             entry: Dict[str, object] = {"offset": raw[f"offsetof:{key}"], "type": f.type}
             if f.dims:
                 entry["elem_size"] = raw[f"elem:{key}"]
-                if f.dims[0] == "":
+                if f.dims[0] in ("", "0"):  # [] or the older headers' [0]: the same flexible array
                     entry["count"] = 0
                     entry["flexible"] = True
                     entry["size"] = 0

@@ -357,8 +357,12 @@ def _path_lines(n: int, p: Dict[str, Any]) -> List[str]:
         "the port's current rate" if p["rate_code"] == 0 else "code %d" % p["rate_code"])
     return ["  path %d: sgid %s dgid %s" % (n, p["sgid"], p["dgid"]),
             "    pkey %s mtu %s rate %s" % (_pkey_text(int(p["pkey"], 16)), mtu, rate),
-            "    hop_limit %d traffic_class %d flow_label %#x sl %d packet_life_time %g us"
-            % (p["hop_limit"], p["traffic_class"], p["flow_label"], p["sl"], p["packet_life_time_us"])]
+            "    hop_limit %d traffic_class %d flow_label %#x sl %d packet_life_time %s"
+            % (p["hop_limit"], p["traffic_class"], p["flow_label"], p["sl"], _us_text(p["packet_life_time_us"]))]
+
+
+def _us_text(us: float) -> str:
+    return "%g us" % us if us < 1000 else "%.0f ms" % (us / 1000) if us < 1e6 else "%.1f s" % (us / 1e6)
 
 
 PROGRESS_AFTER, PROGRESS_EVERY = 1.0, 0.5  # seconds

@@ -316,6 +316,10 @@ def test_resolve_output_names_guid_pkey_and_path_fields(capsys: Any, monkeypatch
     code, out, _ = run(capsys, "resolve", "10.0.0.2", "--route", "--no-precheck")
     assert re.search(r"^  node_guid    [0-9a-f]{4}(:[0-9a-f]{4}){3}$", out, re.M)
     assert re.search(r"^    pkey 0x[0-9a-f]{4} \(.+\) mtu %d rate " % path["mtu"], out, re.M)
+    life = path["packet_life_time_us"]
+    assert life == round(4.096 * 2 ** path["packet_life_time_code"], 3)
+    assert re.search(r" packet_life_time %s$" % re.escape(cli._us_text(life)), out, re.M)
+    assert cli._us_text(4.096) == "4.096 us" and cli._us_text(268435.456) == "268 ms"
 
 
 def test_pkeys_are_named() -> None:

@@ -1,30 +1,23 @@
-"""Fast codecs derived from the construct declarations of :mod:`pyrdmacm.abi`.
+"""Fast codecs for every layout of the ABI layer, made from the generated codec data.
 
 Theory of operation
 -------------------
-construct is the single declaration of every layout, but parsing or building
-with it costs 10-60 us per struct, more than a whole kernel round trip.  At
-import, :func:`derive` walks a construct ``Struct`` and flattens it into one
-``struct.Struct`` format plus a list of dotted field names:
+construct is the single declaration of every layout (:mod:`pyrdmacm._structs`), but
+parsing or building with it costs 10-60 us per struct, more than a whole kernel round
+trip, and importing it costs more than the rest of the library's import.  So
+``tools/gen_layouts`` flattens each declaration (:mod:`pyrdmacm._derive`: the rules
+are there) into one ``struct.Struct`` format, a list of dotted field names and its
+big-endian fields, written to :mod:`pyrdmacm._layouts`; this module makes a
+:class:`Codec` of each at import, without construct.
 
-* little-endian integers become their ``struct`` format character;
-* ``Bytes(n)`` becomes ``ns``; explicit ``Padding(n)`` becomes ``nx``;
-* nested structs and fixed arrays of structs or integers are flattened with
-  dotted names (``ib_route[1].dgid``);
-* a socket address inside a command or reply (``__kernel_sockaddr_storage``,
-  ``sockaddr_in6`` ...) stays one blob, encoded and decoded by
-  :mod:`pyrdmacm.addr`;
-* a union (``Padded(n, Union(...))``) stays one ``ns`` blob: which arm to
-  read depends on who asks (the id's QP type), so the caller decodes it;
-* big-endian integers (``__be16`` ports, pkeys, service ids, and the
-  ``node_guid`` that arrives in network order) cannot share a ``struct`` format
-  with little-endian ones: they are carried as ``ns`` and converted with
-  ``int.from_bytes(..., "big")`` after unpacking (before packing).
-
-A :class:`Codec` whose struct has no big-endian field exposes the bound
-``struct.Struct`` methods themselves, so the hot path costs exactly what a
-hand-written ``struct.Struct`` costs.  The tests check every codec against
-construct, byte for byte, with hypothesis.
+Big-endian integers (``__be16`` ports, pkeys, service ids, the ``node_guid`` that
+arrives in network order) cannot share a ``struct`` format with little-endian ones:
+they are carried as ``ns`` and converted with ``int.from_bytes(..., "big")`` after
+unpacking (before packing).  A :class:`Codec` whose struct has no big-endian field
+exposes the bound ``struct.Struct`` methods themselves, so the hot path costs exactly
+what a hand-written ``struct.Struct`` costs.  The tests check the generated data
+against a fresh derivation, and every codec against construct, byte for byte, with
+hypothesis.
 """
 
 from __future__ import annotations
@@ -32,11 +25,9 @@ from __future__ import annotations
 import struct
 from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
-from construct import Array, Bytes, FormatField, Padded, Pass, Renamed, Struct
+from ._layouts import LAYOUTS
 
-from . import abi
-
-__all__ = ["Codec", "derive", "CODECS", "codec"]
+__all__ = ["Codec", "CODECS", "codec"]
 
 
 class Codec:
@@ -164,68 +155,8 @@ def _format_items(fmt: str) -> List[str]:
     return items
 
 
-_SOCKADDRS = (abi.sockaddr_in, abi.sockaddr_in6, abi.sockaddr_ib)
-
-
-def _flatten(con: Any, prefix: str, fmt: List[str], names: List[str], be: List[Tuple[int, int]]) -> None:
-    if isinstance(con, Renamed):
-        _flatten(con.subcon, prefix, fmt, names, be)
-        return
-    if con is abi.kernel_sockaddr_storage or (prefix and con in _SOCKADDRS):
-        # one blob: pyrdmacm.addr encodes and decodes socket addresses
-        fmt.append("%ds" % con.sizeof())
-        names.append(prefix)
-        return
-    if isinstance(con, Struct):
-        for sub in con.subcons:
-            if isinstance(sub, Renamed) and sub.name is not None:
-                _flatten(sub.subcon, prefix + sub.name if not prefix else prefix + "." + sub.name, fmt, names, be)
-            else:
-                _flatten(sub, prefix, fmt, names, be)
-        return
-    if isinstance(con, FormatField):
-        order, ch = con.fmtstr[0], con.fmtstr[1:]
-        if order == ">" and struct.calcsize("<" + ch) > 1:
-            be.append((len(names), struct.calcsize("<" + ch)))
-            fmt.append("%ds" % struct.calcsize("<" + ch))
-        else:
-            fmt.append(ch)
-        names.append(prefix)
-        return
-    # Padding(n) is Padded(n, Pass); a union is Padded(n, Union(...)).
-    if isinstance(con, Padded):
-        n = con.sizeof()
-        if con.subcon is Pass:
-            fmt.append("%dx" % n)
-        else:
-            fmt.append("%ds" % n)
-            names.append(prefix)
-        return
-    if isinstance(con, Bytes):
-        fmt.append("%ds" % con.sizeof())
-        names.append(prefix)
-        return
-    if isinstance(con, Array):
-        count = con.count
-        for i in range(count):
-            _flatten(con.subcon, "%s[%d]" % (prefix, i), fmt, names, be)
-        return
-    raise TypeError("cannot derive a struct format for %r at %s" % (con, prefix))
-
-
-def derive(name: str, con: Struct) -> Codec:
-    fmt: List[str] = ["<"]
-    names: List[str] = []
-    be: List[Tuple[int, int]] = []
-    _flatten(con, "", fmt, names, be)
-    c = Codec(name, "".join(fmt), names, be)
-    if c.size != con.sizeof():
-        raise AssertionError("derived %s is %d bytes (%s), construct says %d" % (name, c.size, c.format, con.sizeof()))
-    return c
-
-
 #: A codec for every layout of the ABI layer (kernel structs and wire formats), by name.
-CODECS: Dict[str, Codec] = {name: derive(name, con) for name, con in abi.LAYOUTS.items()}
+CODECS: Dict[str, Codec] = {name: Codec(name, *data) for name, data in LAYOUTS.items()}
 
 
 def codec(name: str) -> Codec:

@@ -972,7 +972,7 @@ def _opt_bool(name: str) -> Callable[[Any], bytes]:
 def _opt_paths(v: Any) -> bytes:
     if isinstance(v, (bytes, bytearray, memoryview)):
         data = bytes(v)
-        size = abi.ib_path_rec_data.sizeof()
+        size = CODECS["ib_path_rec_data"].size
         if not data or len(data) % size:
             raise UsageError("IB_PATH takes whole ib_path_rec_data entries (%d bytes each), got %d bytes"
                              % (size, len(data)))

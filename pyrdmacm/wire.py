@@ -4,7 +4,8 @@ Theory of operation
 -------------------
 A command is one ``write()`` of ``rdma_ucm_cmd_hdr`` (``cmd``, ``in`` = the
 body's size, ``out`` = the reply buffer's size) followed by the body.  For each
-command of :data:`pyrdmacm.abi.COMMANDS` this module has a :class:`Command`:
+command of :data:`pyrdmacm.abi.COMMANDS` (as :mod:`pyrdmacm._layouts` names its
+layouts) this module has a :class:`Command`:
 its header bytes, made once, and one ``struct.Struct`` that packs header and
 body together (one call, no concatenation), derived from the body's
 declaration -- so no size or offset is written here that the ABI layer does not
@@ -28,6 +29,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from . import abi
 from ._codec import CODECS, Codec, _format_items
+from ._layouts import COMMANDS as LAYOUT_OF_COMMAND
 from .addr import Address, unpack_sockaddr
 from .records import AhAttr, ConnParam, PathRecord, QpAttr, ServiceRecord, UdParam
 
@@ -91,12 +93,13 @@ class Command:
     __slots__ = ("cmd", "name", "body", "reply", "out", "header", "size", "fields", "pack", "_be")
 
     def __init__(self, cmd: abi.UserCmCmd, out: Optional[int] = None, reply: Optional[str] = None) -> None:
-        body_con, reply_con = abi.COMMANDS[cmd]
-        assert body_con is not None, "GET_OPTION has no body: the kernel answers ENOSYS"
+        body_name, reply_name = LAYOUT_OF_COMMAND[cmd.name]
+        assert body_name is not None, "GET_OPTION has no body: the kernel answers ENOSYS"
         self.cmd = cmd
         self.name = cmd.name
-        self.body = _codec_of(body_con)
-        self.reply = CODECS[reply] if reply else (_codec_of(reply_con) if reply_con is not None else None)
+        self.body = CODECS[body_name]
+        reply = reply or reply_name
+        self.reply = CODECS[reply] if reply else None
         self.out = out if out is not None else (self.reply.size if self.reply is not None else 0)
         self.header = header(cmd, self.body.size, self.out)
         self.size = len(self.header) + self.body.size
@@ -133,16 +136,10 @@ class Command:
         return "<Command %s in %d out %d>" % (self.name, self.body.size, self.out)
 
 
-_BY_CON = {id(con): name for name, con in abi.STRUCTS.items()}
-
-
-def _codec_of(con: Any) -> Codec:
-    return CODECS[_BY_CON[id(con)]]
-
-
 def _commands() -> Dict[str, Command]:
     out: Dict[str, Command] = {}
-    for cmd in abi.COMMANDS:
+    for name in LAYOUT_OF_COMMAND:
+        cmd = abi.UserCmCmd[name]
         if cmd is C.GET_OPTION:
             continue
         if cmd is C.QUERY:

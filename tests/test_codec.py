@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyrdmacm import abi
-from pyrdmacm._codec import CODECS, derive
+from pyrdmacm._codec import CODECS
+from pyrdmacm._derive import derive
 from pyrdmacm.addr import Address, unpack_sockaddr
 from pyrdmacm.errors import DecodeError
 

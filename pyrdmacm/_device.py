@@ -29,7 +29,7 @@ assumed, as librdmacm does.  Netlink first because asking it makes the kernel
 load rdma_ucm when it is missing, and because its answer also names the
 char device, so a stale or foreign node at the path is caught (major:minor
 compared with ``fstat``).  The request is one datagram on a raw
-``AF_NETLINK`` socket (:mod:`pyrdmacm.wire` builds it) -- cheaper than reading
+``AF_NETLINK`` socket (:mod:`pyrdmacm._chardev` builds it) -- cheaper than reading
 the sysfs file (measured on 6.1, 6.12 and 7.2 under qemu: 110-117 us against
 134-174 us) -- rather than through :mod:`pyrdmacm.netlink`, whose pyroute2
 import costs ~150 ms, which the plain resolve path must not pay.
@@ -51,7 +51,7 @@ import threading
 import weakref
 from typing import Optional, Protocol, Tuple
 
-from . import wire
+from . import _chardev
 from .errors import DeviceNodeError, UsageError
 
 DEFAULT_PATH = "/dev/infiniband/rdma_cm"
@@ -144,22 +144,22 @@ def chardev_via_netlink(kind: str = "rdma_cm", timeout: float = 1.0) -> Optional
     On 5.3+ the question itself makes the kernel load rdma_ucm when it is not
     loaded yet.  None when RDMA netlink cannot answer (no NETLINK_RDMA, a kernel
     before 5.3, no such client, no reply within ``timeout``).  One datagram on a
-    raw socket (:mod:`pyrdmacm.wire` builds and reads it): pyroute2 costs ~150 ms
+    raw socket (:mod:`pyrdmacm._chardev` builds and reads it): pyroute2 costs ~150 ms
     to import, which opening a channel must not pay.
     """
     try:
-        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, wire.NETLINK_RDMA)
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, _chardev.NETLINK_RDMA)
     except OSError:
         return None
     try:
         sock.settimeout(timeout)
-        sock.send(wire.chardev_request(kind))
+        sock.send(_chardev.chardev_request(kind))
         data = sock.recv(8192)
     except OSError:
         return None
     finally:
         sock.close()
-    return wire.parse_chardev_reply(data)
+    return _chardev.parse_chardev_reply(data)
 
 
 def kernel_at_least(major: int, minor: int) -> bool:

@@ -40,7 +40,7 @@ import dataclasses
 import errno
 import ipaddress
 import itertools
-import random
+import os
 import struct
 import time as _time
 import warnings
@@ -940,7 +940,9 @@ class CmId:
 #: QP numbers never sent: the SMI and GSI QPs, and the multicast QPN.
 _RESERVED_QPN = frozenset((0, 1, 0xFFFFFF))
 _QPN_LO, _QPN_SPAN = 0x100000, 0xFFFFFF - 0x100000
-_qpn_counter = itertools.count(random.randrange(_QPN_SPAN)).__next__
+#: the counter's random start, from os.urandom (the random module costs a millisecond of
+#: import for this one number; the modulo bias of 64 random bits is below 2**-40)
+_qpn_counter = itertools.count(int.from_bytes(os.urandom(8), "little") % _QPN_SPAN).__next__
 
 
 def allocate_qp_num() -> int:

@@ -16,8 +16,10 @@ The commands whose reply has a variable length (QUERY PATH) or that librdmacm
 sends with a reply buffer of its own size say so in their constructor.
 
 RDMA netlink's GET_CHARDEV request, which the device layer sends without
-pyroute2, is built and read here too (:func:`chardev_request`,
-:func:`parse_chardev_reply`).
+pyroute2, is built and read by :mod:`pyrdmacm._chardev` (re-exported here:
+:func:`chardev_request`, :func:`parse_chardev_reply`), which needs nothing of this
+module: opening the device (and the route prediction, which checks the node) does
+not import the reply decoders and their records.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 from . import abi
 from ._codec import CODECS, Codec, _format_items
 from ._layouts import COMMANDS as LAYOUT_OF_COMMAND
+from ._chardev import chardev_request, decode_huge_dev, parse_chardev_reply  # re-exported (see __all__)
 from .addr import Address, unpack_sockaddr
 from .records import AhAttr, ConnParam, PathRecord, QpAttr, ServiceRecord, UdParam
 
@@ -273,67 +276,6 @@ def path_records(raw: Any) -> List[PathRecord]:
         v = _PATH_DATA.unpack_from(raw, _PATH_HEAD.size + k * _PATH_DATA.size)
         out.append(decode_path_record(v[_PATH_FLAGS], v[_PATH_REC]))
     return out
-
-
-# --------------------------------------------------------------------------- RDMA netlink GET_CHARDEV
-
-NETLINK_RDMA = 20
-RDMA_NL_NLDEV = 5
-RDMA_NLDEV_CMD_GET_CHARDEV = 15
-NLMSG_ERROR = 2
-NLM_F_REQUEST = 1
-ATTR_DEV_INDEX = 1
-ATTR_CHARDEV_TYPE, ATTR_CHARDEV_NAME, ATTR_CHARDEV_ABI, ATTR_CHARDEV = 69, 70, 71, 72
-_NLMSG = CODECS["nlmsghdr"]
-_NLA = CODECS["nlattr"]
-_U64 = struct.Struct("=Q")
-_U32 = struct.Struct("=I")
-
-
-def _nla(kind: int, payload: bytes) -> bytes:
-    data = _NLA.pack(_NLA.size + len(payload), kind) + payload
-    return data + bytes(-len(data) % 4)
-
-
-def chardev_request(kind: str = "rdma_cm", seq: int = 1, device_index: Optional[int] = None) -> bytes:
-    """``RDMA_NLDEV_CMD_GET_CHARDEV`` for a char device kind ("rdma_cm", "uverbs" ...)."""
-    attrs = b""
-    if device_index is not None:
-        attrs += _nla(ATTR_DEV_INDEX, _U32.pack(device_index))
-    attrs += _nla(ATTR_CHARDEV_TYPE, kind.encode() + b"\0")
-    kind_type = (RDMA_NL_NLDEV << 10) + RDMA_NLDEV_CMD_GET_CHARDEV
-    return _NLMSG.pack(_NLMSG.size + len(attrs), kind_type, NLM_F_REQUEST, seq, 0) + attrs
-
-
-def decode_huge_dev(value: int) -> Tuple[int, int]:
-    """The kernel's ``huge_encode_dev()`` u64 -> ``(major, minor)``: minor bits 0-7 and
-    20-31, major bits 8-19."""
-    return (value & 0xFFF00) >> 8, (value & 0xFF) | ((value >> 12) & 0xFFF00)
-
-
-def parse_chardev_reply(data: bytes) -> Optional[Tuple[Tuple[int, int], str, int]]:
-    """``((major, minor), node name, ABI version)`` from a GET_CHARDEV reply; None for an
-    error reply, another message, or one without the attributes."""
-    if len(data) < _NLMSG.size:
-        return None
-    length, mtype, _flags, _seq, _pid = _NLMSG.unpack_from(data)
-    if mtype != (RDMA_NL_NLDEV << 10) + RDMA_NLDEV_CMD_GET_CHARDEV:
-        return None
-    attrs: Dict[int, bytes] = {}
-    off, end = _NLMSG.size, min(length, len(data))
-    while off + _NLA.size <= end:
-        alen, atype = _NLA.unpack_from(data, off)
-        if alen < _NLA.size:
-            break
-        attrs[atype & 0x3FFF] = data[off + _NLA.size : off + alen]
-        off += (alen + 3) & ~3
-    try:
-        dev = _U64.unpack(attrs[ATTR_CHARDEV])[0]
-        version = _U64.unpack(attrs[ATTR_CHARDEV_ABI])[0] & 0xFFFFFFFF
-        name = attrs.get(ATTR_CHARDEV_NAME, b"").split(b"\0")[0].decode()
-    except (KeyError, struct.error, UnicodeDecodeError):
-        return None
-    return decode_huge_dev(dev), name, version
 
 
 # --------------------------------------------------------------------------- connections

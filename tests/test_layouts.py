@@ -1,8 +1,10 @@
 """The generated codec data is what the construct declarations give, and the library's
-runtime does not import construct."""
+runtime imports neither construct nor more of itself than it needs."""
 
 from __future__ import annotations
 
+import ast
+import importlib
 import json
 import subprocess
 import sys
@@ -10,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import pyrdmacm
 from pyrdmacm import _derive, _layouts, abi
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,11 +60,19 @@ def test_the_runtime_does_not_import_construct():
                           "from pyrdmacm import *")
     assert "construct" not in mods
     assert "pyrdmacm._structs" not in mods
+    assert "random" not in mods  # the QP-number counter starts from os.urandom
 
 
 def test_the_enums_import_alone():
     mods = _modules_after("from pyrdmacm.abi import PortSpace, CmEventType, cm_private_data_limit")
     assert "construct" not in mods
+    assert "pyrdmacm.channel" not in mods and "pyrdmacm._codec" not in mods
+
+
+def test_opening_the_device_needs_no_reply_decoders():
+    """The route prediction checks the device node: that must not import the wire layer's records."""
+    mods = _modules_after("import pyrdmacm._device")
+    assert not {"pyrdmacm.wire", "pyrdmacm.records", "pyrdmacm.abi", "construct"} & mods
 
 
 def test_abi_layouts_load_on_first_use():
@@ -74,3 +85,36 @@ def test_abi_layouts_load_on_first_use():
         abi.no_such_layout
     with pytest.raises(AttributeError):
         abi.__wrapped__
+
+
+# ---------------------------------------------------------------- the package's public names
+
+def _type_checking_imports() -> dict:
+    """What ``if TYPE_CHECKING:`` of pyrdmacm/__init__.py imports, by module."""
+    tree = ast.parse((ROOT / "pyrdmacm" / "__init__.py").read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    return {imp.module: tuple(a.name for a in imp.names) for imp in block.body if isinstance(imp, ast.ImportFrom)}
+
+
+def test_type_checkers_see_the_names_the_package_exports():
+    assert _type_checking_imports() == pyrdmacm._EXPORTS
+
+
+def test_every_public_name_is_its_modules():
+    for module, names in pyrdmacm._EXPORTS.items():
+        mod = importlib.import_module("pyrdmacm." + module)
+        for name in names:
+            assert getattr(pyrdmacm, name) is getattr(mod, name), name
+    assert sorted(pyrdmacm.__all__) == sorted(n for names in pyrdmacm._EXPORTS.values() for n in names)
+    assert set(pyrdmacm.__all__) <= set(dir(pyrdmacm))
+
+
+def test_submodules_are_attributes_and_unknown_names_are_not():
+    assert pyrdmacm.state is importlib.import_module("pyrdmacm.state")
+    # in a fresh process, where nothing imported the submodule first
+    assert "pyrdmacm.state" in _modules_after("import pyrdmacm\nassert pyrdmacm.state.OUTCOMES")
+    with pytest.raises(AttributeError):
+        pyrdmacm.no_such_thing
+    with pytest.raises(AttributeError):
+        pyrdmacm.__wrapped__
+

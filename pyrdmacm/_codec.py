@@ -23,7 +23,7 @@ hypothesis.
 from __future__ import annotations
 
 import struct
-from typing import Any, Dict, Iterable, List, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Sequence, Tuple
 
 from ._layouts import LAYOUTS
 
@@ -40,6 +40,7 @@ class Codec:
 
     __slots__ = ("name", "names", "offsets", "size", "format", "_s", "_be", "unpack_from", "unpack", "pack",
                  "pack_into", "_zeros")
+    unpack_from: Callable[..., Tuple[Any, ...]]
 
     def __init__(self, name: str, fmt: str, names: Sequence[str], be: Sequence[Tuple[int, int]]) -> None:
         self.name = name
@@ -60,12 +61,21 @@ class Codec:
             self.pack = s.pack
             self.pack_into = s.pack_into
         else:
-            self.unpack_from = self._compile_unpack_from()
+            # compiled on first use: compiling the eight big-endian readers at import cost
+            # about a millisecond, and most programs use two or three of them
+            self.unpack_from = self._first_unpack_from
             self.unpack = self._unpack_be
             self.pack = self._pack_be
             self.pack_into = self._pack_into_be
 
     # -- big-endian fields: raw bytes on the struct side, ints on ours
+    def _first_unpack_from(self, buf: Any, offset: int = 0) -> Tuple[Any, ...]:
+        """Compile the reader, put it in place of this method, and read with it."""
+        if self.unpack_from == self._first_unpack_from:  # not yet compiled (a caller may hold this method)
+            self.unpack_from = self._compile_unpack_from()
+        result: Tuple[Any, ...] = self.unpack_from(buf, offset)
+        return result
+
     def _compile_unpack_from(self) -> Any:
         """One tuple display with the conversions inline: no list, no loop (2x faster)."""
         be = dict(self._be)

@@ -86,6 +86,20 @@ def test_big_endian_fields_are_converted():
     assert c.pack_dict(d) == bytes(raw)
 
 
+def test_big_endian_readers_compile_on_first_use_for_every_holder():
+    """A codec's reader held before its first use keeps reading right after the compile."""
+    from pyrdmacm._codec import Codec
+
+    shared = CODECS["rdma_ucm_query_addr_resp"]
+    c = Codec(shared.name, shared.format, shared.names, shared._be)  # a fresh one: not yet compiled
+    held = c.unpack_from
+    raw = bytes(range(256)) * 2
+    first = held(raw, 5)
+    assert c.unpack_from is not held  # compiled and put in place
+    assert c.unpack_from(raw, 5) == first == held(raw, 5) == shared.unpack_from(raw, 5)
+    assert first[0] == int.from_bytes(raw[5:13], "big")
+
+
 def test_hot_codecs_are_bare_struct_methods():
     """No wrapper on the hot path when no big-endian field needs converting."""
     import struct

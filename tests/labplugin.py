@@ -1,7 +1,8 @@
 """The kernel tier: tests marked ``kernel`` need a real /dev/infiniband/rdma_cm.
 
 ``@pytest.mark.kernel`` (or ``kernel(topology="pair")``; the default is "single") runs
-a test
+a test; ``kernel(suites=("bookworm",))`` limits it to those kernels of the lab (for a test of
+our own tools, whose outcome does not depend on the kernel: it runs once, not per kernel)
 
 - inside the kernel lab (``PYRDMACM_LAB=suite:topology`` is set by tools/lab): as usual,
   when the guest has the test's topology;
@@ -37,7 +38,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 LAB = ROOT / "tools" / "lab"
 PEER_AGENT = ROOT / "tests" / "lab_peer.py"
-SUITES = ("bookworm", "trixie", "sid")
+SUITES = ("bullseye", "bookworm", "trixie", "sid")
 TOPOLOGIES = ("single", "pair", "multihomed")
 RDMA_CM = "/dev/infiniband/rdma_cm"
 # Markers evaluated where the test runs (in the guest), not on the host.
@@ -61,6 +62,17 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "kernel(topology='single'): needs a real kernel with rdma_cm; "
                    "runs inside the kernel lab (tools/lab)")
     config.pluginmanager.register(KernelTier(config), "kernel-tier")
+
+
+def suites_of(item: pytest.Item) -> tuple[str, ...]:
+    """The lab kernels a kernel test runs on (``kernel(suites=...)``; default every one)."""
+    marker = item.get_closest_marker("kernel")
+    assert marker is not None
+    suites = tuple(marker.kwargs.get("suites", SUITES))
+    unknown = [s for s in suites if s not in SUITES]
+    if unknown:
+        raise pytest.UsageError(f"{item.nodeid}: unknown lab suite {unknown}; choose from {', '.join(SUITES)}")
+    return suites
 
 
 def topology_of(item: pytest.Item) -> str:
@@ -242,7 +254,11 @@ class KernelTier:
                     item.add_marker(pytest.mark.skip(
                         reason=f"needs the lab's {topology} topology; this guest is {here}"))
             elif self.suites:
-                for suite in self.suites:
+                wanted = [s for s in self.suites if s in suites_of(item)]
+                if not wanted:  # none of its kernels asked for: not run, and not a skip
+                    config.hook.pytest_deselected(items=[item])
+                    continue
+                for suite in wanted:
                     name = (f"{item.name[:-1]}-lab-{suite}]" if item.name.endswith("]")
                             else f"{item.name}[lab-{suite}]")
                     lab_item = LabItem.from_parent(item.parent, name=name, original=item,

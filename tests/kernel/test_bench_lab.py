@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.kernel
+#: tools/bench is tested, not the kernel: once, on bookworm (its figures are taken there too)
+pytestmark = pytest.mark.kernel(suites=("bookworm",))
 
 ROOT = Path(__file__).resolve().parents[2]
 PHASES = ("create", "resolve_addr", "resolve_route", "destroy", "total")
@@ -74,7 +75,7 @@ CONN_N = 5
 CONN_PORT = 7098  # not the benchmark's default, which a listener of a manual run may hold
 
 
-@pytest.mark.kernel(topology="pair")
+@pytest.mark.kernel(topology="pair", suites=("bookworm",))
 def test_bench_connection_phase_completes_every_connection(peer, tmp_path):
     """--connections on the pair, tiny (N=5, one round, both modes, both implementations)
     against the listener on the peer: the JSON has its shape, every connection was

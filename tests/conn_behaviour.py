@@ -23,6 +23,7 @@ from pyrdmacm import CmId, EventChannel, PortSpace, State
 from pyrdmacm.abi import CmEventType as E
 from pyrdmacm.abi import NotifyEvent, OptionId, QpAttrMask, QpState, RejectReason, SidrStatus
 from pyrdmacm.errors import EventError, KernelError, StateError, UsageError
+from pyrdmacm.conformance import known_bug
 from pyrdmacm.records import ConnParam, UdParam
 
 _ports = itertools.count(20000 + os.getpid() % 1000 * 20)
@@ -271,7 +272,9 @@ def test_notify_forces_established_once(link: Link):
         assert req.notify() is True
         wait(sc, E.ESTABLISHED)
         assert req.notify() is False  # EISCONN: established already
-        assert req.notify(NotifyEvent.PATH_MIG) is True
+        bug = known_bug("path_mig_without_alternate", link.kernel) if link.kernel else None
+        if bug is None:  # (the fake has no such bug; an affected kernel crashes later in this test)
+            assert req.notify(NotifyEvent.PATH_MIG) is True
         with pytest.raises(UsageError):
             req.notify(5)
         wait(cc, E.CONNECT_RESPONSE)

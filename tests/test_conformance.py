@@ -34,3 +34,29 @@ def test_no_device_node_exit_4(monkeypatch, capsys):
     monkeypatch.setenv("PYRDMACM_DEVICE", "/nonexistent/rdma_cm")
     assert cli.main(["conformance"]) == cli.EXIT_NODEV
     assert "rdma_cm" in capsys.readouterr().err
+
+
+def test_ktap_output_has_a_plan_a_line_per_case_and_directives():
+    rows = [conformance.Result("a", "what", "EINVAL", "EINVAL", True),
+            conformance.Result("b", "what", "ENOENT", "EINVAL", False, "the fd still works"),
+            conformance.Result("c", "what", "ok", "not run", False, "needs an IPv4 address")]
+    out = conformance.ktap(rows, release="6.1.0-test").splitlines()
+    assert out[0] == "KTAP version 1" and out[2] == "1..3"
+    assert "ok 1 a" in out and "not ok 2 b" in out
+    assert "# b: expected ENOENT, observed EINVAL; the fd still works" in out
+    assert "ok 3 c # SKIP needs an IPv4 address" in out
+    assert out[-1] == "# totals: pass:1 fail:1 skip:1"
+
+
+def test_known_kernel_bugs_are_data_with_the_versions_seen():
+    bug = conformance.KNOWN_BUGS["path_mig_without_alternate"]
+    assert conformance.known_bug(bug.name, (5, 10)) is bug
+    assert conformance.known_bug(bug.name, (6, 1)) is None and conformance.known_bug(bug.name, (7, 2)) is None
+    assert bug.seen_on < bug.not_seen_from
+
+
+def test_every_case_has_a_unique_name_and_an_expectation():
+    names = [c.name for c in conformance.CASES]
+    assert len(names) == len(set(names))
+    for c in conformance.CASES:
+        assert c.what and (isinstance(c.expect, (int, str)) or all(len(step) == 2 for step in c.expect))

@@ -1,0 +1,77 @@
+"""The fuzzer's model (tests/ucma_model.py) without a kernel: worlds, matching netlink's
+states, port conflicts and the documented answers it allows."""
+
+import errno
+
+import ucma_model as um
+from ucma_model import S, World
+
+
+def _id(ps=um.PS.TCP, qp=um.QP.RC, worlds=None, uid=1):
+    return um.IdModel("h", 1, 0, uid, ps, qp, worlds or {World()})
+
+
+def test_work_in_flight_may_or_may_not_have_completed():
+    m = _id()
+    (err, w), = um.resolve_outcomes(m, World(), um.DSTS["local"], None, [])
+    assert err == 0 and w.state is S.ADDR_QUERY
+    m.worlds = {w}
+    states = {(x.state, x.q[0][0] if x.q else None) for x in m.possible()}
+    assert states == {(S.ADDR_QUERY, None), (S.ADDR_RESOLVED, "ADDR_RESOLVED")}
+
+
+def test_an_id_of_uid_0_gets_no_event():
+    m = _id(uid=0)
+    (_, w), = um.resolve_outcomes(m, World(), um.DSTS["local"], None, [])
+    m.worlds = {w}
+    assert all(not x.q for x in m.possible())
+
+
+def test_resolve_refused_outside_idle_and_addr_bound():
+    for st in (S.ADDR_QUERY, S.ADDR_RESOLVED, S.ROUTE_RESOLVED, S.LISTEN, S.CONNECT):
+        assert um.resolve_outcomes(_id(), World(state=st, dev=True, fam=2), um.DSTS["local"], None, []) == \
+            [(errno.EINVAL, World(state=st, dev=True, fam=2))]
+
+
+def test_family_mismatch_leaves_the_id_bound():
+    (err, w), = um.resolve_outcomes(_id(), World(), um.DSTS["local6"], um.ADDRS["local"], [])
+    assert err == errno.EINVAL and w.state is S.ADDR_BOUND and w.dev
+
+
+def test_port_conflicts_follow_cma_check_port():
+    holder = _id(worlds={World(state=S.ADDR_BOUND, fam=2, addr="local", port=um.FIXED_PORT, dev=True)})
+    me = _id()
+    assert um.port_conflicts(me, World(), 2, "local", [holder]) == {errno.EADDRINUSE}
+    assert um.port_conflicts(me, World(), 2, "any", [holder]) == {errno.EADDRNOTAVAIL}
+    assert um.port_conflicts(_id(ps=um.PS.UDP), World(), 2, "local", [holder]) == {0}  # its own port space
+    both = World(reuse=True)
+    holder.worlds = {w.but(reuse=True) for w in holder.worlds}
+    assert um.port_conflicts(me, both, 2, "local", [holder]) == {0}
+    assert um.port_conflicts(me, both, 2, "local", [holder], for_listen=True) == {errno.EADDRINUSE}
+
+
+def test_reuseaddr_rules():
+    m = _id()
+    assert um.option_outcomes(m, World(), 0, 1, 4, 0)[0][0] == 0  # clearing in IDLE
+    assert um.option_outcomes(m, World(state=S.ADDR_BOUND), 0, 1, 4, 0)[0][0] == errno.EINVAL
+    assert um.option_outcomes(m, World(state=S.ADDR_BOUND), 0, 1, 4, 1)[0][0] == 0
+    assert um.option_outcomes(m, World(state=S.LISTEN), 0, 1, 4, 1)[0][0] == errno.EINVAL
+    assert um.option_outcomes(_id(qp=um.QP.UD), World(), 0, 3, 1, 1)[0][0] == errno.EINVAL  # ACK_TIMEOUT: RC only
+
+
+def test_matching_netlink():
+    assert um.match_states([[("ADDR_BOUND",), ()], [("LISTEN",)]], ["ADDR_BOUND", "LISTEN"])
+    assert um.match_states([[("ADDR_BOUND",), ()], [("LISTEN",)]], ["LISTEN"])
+    assert not um.match_states([[("ADDR_BOUND",)]], [])
+    assert not um.match_states([[()]], ["CONNECT"])
+
+
+def test_connect_refused_ends_in_failed_with_rej_8():
+    m = _id()
+    w = World(state=S.ROUTE_RESOLVED, dev=True, fam=2, addr="any")
+    (err, w2), = um.connect_outcomes(m, w, 0)
+    assert err == 0 and w2.state is S.CONNECT
+    m.worlds = {w2}
+    ends = {x for x in m.possible() if x.q}
+    assert {(x.state, x.q[0][0], tuple(x.q[0][1])) for x in ends} == {(S.FAILED, "REJECTED", (8,))}
+    assert um.connect_outcomes(m, w, 57) == [(errno.EINVAL, w)]  # 36 + 57 > 92

@@ -744,15 +744,29 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     names = [c.name for c in conformance.CASES]
     unknown = [n for n in args.case if n not in names]
     if unknown:
-        _err("unknown case %s; the cases are: %s" % (", ".join(unknown), ", ".join(names)))
+        _err("unknown case %s; the cases are: %s (--list shows them)" % (", ".join(unknown), ", ".join(names)))
         return EXIT_USAGE
+    if args.json and args.ktap:
+        _err("--json and --ktap: choose one output")
+        return EXIT_USAGE
+    if args.list:  # what the cases are, on any host: no device needed
+        chosen = [c for c in conformance.CASES if not args.case or c.name in args.case]
+        if args.json:
+            _print_json([{"case": c.name, "what": c.what, "needs_local": c.needs_local} for c in chosen])
+        else:
+            width = max(len(c.name) for c in chosen)
+            for c in chosen:
+                print("%-*s  %s" % (width, c.name, c.what))
+        return EXIT_OK
     try:
         results = conformance.run(local=args.local, only=args.case)
     except DeviceNodeError as e:
         _err(_text(e))
         return EXIT_NODEV
     failed = [r for r in results if not r.passed]
-    if args.json:
+    if args.ktap:
+        sys.stdout.write(conformance.ktap(results, os.uname().release))
+    elif args.json:
         _print_json({"kernel": os.uname().release, "passed": len(results) - len(failed), "failed": len(failed),
                      "results": [r.to_dict() for r in results]})
     else:
@@ -1508,6 +1522,8 @@ def build_parser() -> argparse.ArgumentParser:
     cf.add_argument("--local", metavar="ADDR",
                     help="an IPv4 address of an RDMA netdev, for the cases that resolve (default: found in sysfs)")
     cf.add_argument("--case", action="append", default=[], metavar="NAME", help="run only this case (repeatable)")
+    cf.add_argument("--list", action="store_true", help="list the cases (name and what each checks) and exit")
+    cf.add_argument("--ktap", action="store_true", help="KTAP version 1 output, as kselftest harnesses read it")
     cf.set_defaults(func=cmd_conformance)
 
     pg = sub.add_parser("ping", help="connect to DST as a client would (resolve, connect, RTU, disconnect), "

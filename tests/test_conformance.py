@@ -60,3 +60,12 @@ def test_every_case_has_a_unique_name_and_an_expectation():
     assert len(names) == len(set(names))
     for c in conformance.CASES:
         assert c.what and (isinstance(c.expect, (int, str)) or all(len(step) == 2 for step in c.expect))
+
+
+def test_cli_lists_the_cases_without_a_device(capsys):
+    from pyrdmacm import cli
+
+    assert cli.main(["conformance", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == [c.name for c in conformance.CASES]
+    assert cli.main(["conformance", "--list", "--case", "nonesuch"]) == 3  # bad input

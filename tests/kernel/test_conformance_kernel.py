@@ -52,3 +52,13 @@ def test_cli_reports_a_departure_with_exit_1(tmp_path, monkeypatch):
                              38, conformance.CASES[0].run)
     monkeypatch.setattr(conformance, "CASES", [wrong])
     assert cli.main(["conformance", "--case", "short_write_expected_wrongly"]) == 1
+
+
+def test_cli_ktap_output(results):
+    proc = subprocess.run([sys.executable, "-m", "pyrdmacm", "conformance", "--ktap", "--case", "short_write",
+                           "--case", "reject_consumer"], capture_output=True, text=True, timeout=300)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert lines[:1] == ["KTAP version 1"] and "1..2" in lines
+    assert "ok 1 short_write" in lines and "ok 2 reject_consumer" in lines
+    assert lines[-1] == "# totals: pass:2 fail:0 skip:0"

@@ -6,7 +6,7 @@ our own tools, whose outcome does not depend on the kernel: it runs once, not pe
 
 - inside the kernel lab (``PYRDMACM_LAB=suite:topology`` is set by tools/lab): as usual,
   when the guest has the test's topology;
-- on the host with ``--lab=SUITES`` (comma list of bookworm, trixie, sid, or ``all``): each
+- on the host with ``--lab=SUITES`` (comma list of bullseye, bookworm, trixie, sid, or ``all``): each
   kernel test becomes one item per suite, ``test_x[lab-SUITE]``. The first of them for a
   (suite, topology) boots the lab once, running pytest in the guest on all the kernel tests
   of that topology; every item then reports its own outcome from the guest's junit XML;
@@ -49,7 +49,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kernel lab")
     group.addoption("--lab", metavar="SUITES",
                     help="run the kernel tests in the kernel lab (tools/lab) on these Debian "
-                         "kernels: comma list of bookworm, trixie, sid, or all")
+                         "kernels: comma list of bullseye, bookworm, trixie, sid, or all")
     group.addoption("--require-lab", action="store_true",
                     help="a skipped kernel test fails, and so does the session if no kernel "
                          "test ran on one of the --lab suites")
@@ -270,11 +270,11 @@ class KernelTier:
             elif not os.path.exists(RDMA_CM):
                 item.add_marker(pytest.mark.skip(
                     reason=f"needs a kernel with rdma_cm: {RDMA_CM} absent; run with "
-                           "--lab=bookworm,trixie,sid to run it in the kernel lab"))
+                           "--lab=all to run it in the kernel lab"))
             elif topology != "single":
                 item.add_marker(pytest.mark.skip(
                     reason=f"needs the lab's {topology} topology; run with "
-                           "--lab=bookworm,trixie,sid to run it in the kernel lab"))
+                           "--lab=all to run it in the kernel lab"))
             result.append(item)
         items[:] = result
 

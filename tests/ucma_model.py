@@ -109,6 +109,7 @@ class World:
     reuse: bool = False
     afonly: Optional[bool] = None  #: set by the option (None: the family's default)
     wild_listen: bool = False  #: listening on a wildcard: one internal listener per device
+    loop: bool = False  #: resolved to the any address (cma_resolve_loopback): no netdev bound
     pend: Tuple[Tuple[Outcome, ...], ...] = ()  #: work in flight: each its possible outcomes
     q: Tuple[Ev, ...] = ()  #: events generated, not read yet
 
@@ -271,7 +272,8 @@ def resolve_outcomes(me: IdModel, w: World, dst: AddrChoice, src: Optional[AddrC
             ev: Ev = ("ADDR_ERROR", frozenset({-EINVAL & 0xFFFFFFFF}), 0)  # no IB netdev: -EINVAL
             op: Tuple[Outcome, ...] = ((ev, (("state", S.ADDR_BOUND),)),)
         else:
-            op = ((("ADDR_RESOLVED", frozenset({0}), 0), (("state", S.ADDR_RESOLVED), ("dev", True))),)
+            op = ((("ADDR_RESOLVED", frozenset({0}), 0),
+                   (("state", S.ADDR_RESOLVED), ("dev", True), ("loop", dst.kind == "any"))),)
         out.append((0, b.but(state=S.ADDR_QUERY, pend=b.pend + (op,))))
     return out
 
@@ -283,6 +285,10 @@ def route_outcomes(me: IdModel, w: World, timeout: int) -> Result:
         return [(EINVAL, w)]  # rdma_resolve_route: timeout_ms 0
     if w.state is not S.ADDR_RESOLVED:
         return [(EINVAL, w)]  # cma_comp_exch(ADDR_RESOLVED -> ROUTE_QUERY)
+    if w.loop:
+        # found by the fuzzer (6.1): an id resolved to the any address has no bound_dev_if, and
+        # RoCE's cma_resolve_iboe_route finds no netdev: ENODEV, back to ADDR_RESOLVED
+        return [(errno.ENODEV, w)]
     op = ((("ROUTE_RESOLVED", frozenset({0}), 0), (("state", S.ROUTE_RESOLVED),)),)
     return [(0, w.but(state=S.ROUTE_QUERY, pend=w.pend + (op,)))]
 
@@ -414,6 +420,10 @@ def join_outcomes(me: IdModel, w: World, mc_uid: int) -> Result:
         return [(EINVAL, w)]
     if w.state not in (S.ADDR_BOUND, S.ADDR_RESOLVED) or not me.ud:
         return [(EINVAL, w)]  # rdma_join_multicast: bound or resolved, UD ids only
+    if w.loop:
+        # found by the fuzzer (5.10): resolved to the any address, the id has no bound_dev_if,
+        # and cma_iboe_join_multicast finds no netdev: ENODEV
+        return [(errno.ENODEV, w)]
     op = (((("MULTICAST_JOIN", frozenset({0}), mc_uid)), ()),)
     return [(0, w.but(pend=w.pend + (op,)))]
 
@@ -1311,13 +1321,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--examples", type=int, default=20, help="sequences per round (default 20)")
     p.add_argument("--steps", type=int, default=30, help="commands per sequence at most (default 30)")
-    p.add_argument("--json", metavar="FILE", help="write the figures there too")
+    p.add_argument("--json", metavar="FILE", help="write the figures there too (relative: in $LAB_OUT, the lab's "
+                   "output directory)")
     a = p.parse_args(argv)
     seed = a.seed if a.seed is not None else int.from_bytes(os.urandom(4), "little")
     fig = campaign(a.minutes * 60, seed, a.examples, a.steps)
     print_figures(fig)
     if a.json:
-        with open(a.json, "w") as f:
+        path = a.json if os.path.isabs(a.json) else os.path.join(os.environ.get("LAB_OUT", "."), a.json)
+        with open(path, "w") as f:
             json.dump({**fig, "errnos": [[c, e, n] for (c, e), n in sorted(fig["errnos"].items())]}, f, indent=1)
     return 1 if fig["disagreements"] else 0
 

@@ -82,3 +82,25 @@ def test_replay_a_connect_refused_then_the_answers_of_a_failed_id():
         assert {w.state for w in h.worlds} == {ucma_model.S.FAILED}, ucma_model._states(h)
     finally:
         m.teardown()
+
+
+def test_replay_route_of_an_id_resolved_to_the_any_address_is_enodev():
+    """Found by the campaign on 6.1 (seed 1405; a model bug): RESOLVE_ADDR to 0.0.0.0 is
+    cma_resolve_loopback, which binds no netdev; RoCE's cma_resolve_iboe_route then finds
+    none and RESOLVE_ROUTE answers ENODEV, the id back in ADDR_RESOLVED."""
+    m = _machine()
+    try:
+        d = _Data()
+        m.create_id(_Data(0), ucma_model.PS.TCP, ucma_model.QP.RC)
+        h = m.ids[0]
+        for step in (lambda: m.resolve_addr(d, "any", None, None, 2000, False),
+                     lambda: m.get_event(d, 336, 1.0, ch=0),
+                     lambda: m.resolve_route(d, 1000),
+                     lambda: m.resolve_route(d, 1000)):
+            m._forced = (0, h.handle, h)
+            step()
+            m.kernel_agrees()
+        assert "ENODEV" in m.script[-1], m.script[-1]
+        assert {w.state for w in h.worlds} == {ucma_model.S.ADDR_RESOLVED}, ucma_model._states(h)
+    finally:
+        m.teardown()

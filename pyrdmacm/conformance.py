@@ -930,6 +930,32 @@ def _backlog_one(fd: _Fd, ctx: Context) -> str:
         "the other on retry" if again else "the other never came")
 
 
+@case("accept_in_short", "ACCEPT with hdr.in = 287, short of offsetofend(reserved)", errno.EINVAL, needs_local=True)
+@_on_fd
+def _accept_short(fd: _Fd, ctx: Context) -> int:
+    _client, req = _request(fd, ctx)
+    body = CODECS["rdma_ucm_accept"].pack_dict(_conn(req, uid=7))
+    return fd.cmd(C.ACCEPT, None, {}, size_in=287, body=body[:287])
+
+
+@case("listen_backlog_huge", "LISTEN with backlog 2^31-1: taken, as the kernel's max_backlog", 0, needs_local=True)
+@_on_fd
+def _listen_huge(fd: _Fd, ctx: Context) -> int:
+    h = fd.create()
+    if fd.bind(h, _at_port(ctx)):
+        return -1
+    return fd.cmd(C.LISTEN, "rdma_ucm_listen", {"id": h, "backlog": 0x7FFFFFFF})
+
+
+@case("join_ip_mcast_unbound", "JOIN_IP_MCAST (the pre-3.11 join) on a fresh UDP id (no device)", errno.EINVAL)
+@_on_fd
+def _join_ip_unbound(fd: _Fd, ctx: Context) -> int:
+    group = parse_address("239.1.2.3")
+    return fd.cmd(C.JOIN_IP_MCAST, "rdma_ucm_join_ip_mcast",
+                  {"response": fd.reply.address, "uid": 9, "id": fd.create(abi.PortSpace.UDP),
+                   "addr": group.pack_in6()}, out=4)
+
+
 @case("join_reserved_flag", "JOIN_MCAST with join_flags 2 (RESERVED)", errno.EINVAL, needs_local=True)
 @_on_fd
 def _join_flag2(fd: _Fd, ctx: Context) -> int:

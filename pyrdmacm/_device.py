@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 The kernel answers a command by ``copy_to_user()`` into a buffer whose address
 the command carries in its ``response`` field.  :class:`ReplyBuffer` is such a
-buffer: fixed, allocated once, its address taken once (ctypes), reused for
+buffer: fixed, allocated once, its address taken once (an ``array``'s ``buffer_info``), reused for
 every reply of its kind -- a fresh buffer per reply costs more than the
 syscall.  Whoever writes a command that names a buffer must hold that buffer
 until it has read the reply (the channel does, under its locks or by taking
@@ -41,14 +41,13 @@ the channel's hot paths write through :data:`device_write` on the fd that
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import select
-import socket
 import stat
 import threading
 import weakref
+from array import array
 from typing import Optional, Protocol, Tuple
 
 from . import _chardev
@@ -72,22 +71,24 @@ class ReplyBuffer:
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._buf = ctypes.create_string_buffer(size)
-        self.address = ctypes.addressof(self._buf)
-        self.view = memoryview(self._buf).cast("B")
+        # an array's memory, not ctypes' (whose import costs ~2 ms at start-up): its address
+        # holds while a memoryview of it exists (an exported array cannot resize), i.e. always
+        self._buf = buf = array("B", bytes(size or 1))  # one byte at least: a real address
+        self.address = buf.buffer_info()[0]
+        self.view = memoryview(buf)[:size]
         #: the buffer as host-order ``__u32`` words (the kernel writes host order): a reply's
         #: first field is ``u32[0]``, read without a struct call
         self.u32 = self.view[: size - size % 4].cast("I")
 
     def clear(self) -> None:
-        ctypes.memset(self.address, 0, self.size)
+        self.view[:] = bytes(self.size)
 
     def fill(self, data: bytes) -> None:
         """Pre-fill (librdmacm pre-sets ``ibdev_index = -1`` to detect old kernels)."""
         self.view[: len(data)] = data
 
     def bytes(self, n: Optional[int] = None) -> bytes:
-        return self._buf.raw[: self.size if n is None else n]
+        return self.view[: self.size if n is None else n].tobytes()
 
 
 class GuardedHeader:
@@ -102,6 +103,7 @@ class GuardedHeader:
     """
 
     def __init__(self) -> None:
+        import ctypes
         import mmap
 
         page = mmap.PAGESIZE
@@ -115,6 +117,8 @@ class GuardedHeader:
 
     def probe(self, device: "KernelDevice", cmd: int, size_in: int, size_out: int) -> int:
         """The errno the kernel answers for ``cmd`` whose ``size_in`` body bytes are unreadable."""
+        import ctypes
+
         off = self._page - 8
         self._map[off : off + 8] = cmd.to_bytes(4, "little") + size_in.to_bytes(2, "little") + size_out.to_bytes(2, "little")
         base = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
@@ -125,6 +129,8 @@ class GuardedHeader:
 
 def write_to_address(address: int, data: bytes) -> None:
     """What ``copy_to_user`` does; used by the fake kernel only."""
+    import ctypes
+
     ctypes.memmove(address, data, len(data))
 
 
@@ -147,6 +153,8 @@ def chardev_via_netlink(kind: str = "rdma_cm", timeout: float = 1.0) -> Optional
     raw socket (:mod:`pyrdmacm._chardev` builds and reads it): pyroute2 costs ~150 ms
     to import, which opening a channel must not pay.
     """
+    import socket  # here, not at import: socket (and selectors) cost ~3 ms
+
     try:
         sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, _chardev.NETLINK_RDMA)
     except OSError:

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import socket
 import struct
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple, Union
@@ -165,6 +164,8 @@ def _zone_index(zone: str, original: Any) -> int:
             "spaces or lone surrogates): write the interface (fe80::1%%eth0) or its index"
             % (zone, shown, _IFNAMSIZ - 1)
         )
+    import socket  # here: socket (and selectors) cost ~3 ms at import, and most addresses have no zone
+
     try:
         return socket.if_nametoindex(zone)
     except (OSError, ValueError, UnicodeError):
@@ -185,6 +186,8 @@ def _zone_index(zone: str, original: Any) -> int:
 
 
 def _zone_name(index: int) -> str:
+    import socket
+
     try:
         return socket.if_indextoname(index)
     except OSError:
@@ -731,6 +734,8 @@ def lookup_host(
         if named is None:
             raise
     name, given_port = named
+    import socket
+
     ask = getaddrinfo or socket.getaddrinfo
     fam = {AF_INET: socket.AF_INET, AF_INET6: socket.AF_INET6}.get(family, socket.AF_UNSPEC)
     try:

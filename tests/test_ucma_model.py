@@ -75,3 +75,11 @@ def test_connect_refused_ends_in_failed_with_rej_8():
     ends = {x for x in m.possible() if x.q}
     assert {(x.state, x.q[0][0], tuple(x.q[0][1])) for x in ends} == {(S.FAILED, "REJECTED", (8,))}
     assert um.connect_outcomes(m, w, 57) == [(errno.EINVAL, w)]  # 36 + 57 > 92
+
+
+def test_ipoib_resolves_only_through_the_loopback_path():
+    m = _id(ps=um.PS.IPOIB, qp=um.QP.UD)
+    for dst, event in (("local", "ADDR_ERROR"), ("any", "ADDR_RESOLVED")):
+        (_, w), = um.resolve_outcomes(m, World(), um.DSTS[dst], None, [])
+        m.worlds = {w}
+        assert {x.q[0][0] for x in m.possible() if x.q} == {event}

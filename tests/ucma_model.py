@@ -268,7 +268,10 @@ def resolve_outcomes(me: IdModel, w: World, dst: AddrChoice, src: Optional[AddrC
         if b.fam != dst.family:
             out.append((EINVAL, b))  # cma_family(id) != dst family: the id stays bound
             continue
-        if me.ps == PS.IPOIB:
+        if me.ps == PS.IPOIB and dst.kind != "any":
+            # found by the fuzzer (5.10): only addr_handler's cma_acquire_dev_by_src_ip refuses
+            # PS_IPOIB on a RoCE netdev; cma_resolve_loopback (dst 0.0.0.0) binds the first
+            # device whatever the port space, and the id resolves
             ev: Ev = ("ADDR_ERROR", frozenset({-EINVAL & 0xFFFFFFFF}), 0)  # no IB netdev: -EINVAL
             op: Tuple[Outcome, ...] = ((ev, (("state", S.ADDR_BOUND),)),)
         else:

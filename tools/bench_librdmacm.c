@@ -424,9 +424,10 @@ static int connect_mode(int argc, char **argv)
 	rdma_destroy_event_channel(ch);
 	getrusage(RUSAGE_SELF, &ru);
 	printf("{\"n\": %ld, \"mode\": \"%s\", \"total\": %.9f, \"established\": %ld, \"completed\": %ld, "
-	       "\"failures\": %ld, \"first_failure\": \"%s\", \"user\": %.6f, \"sys\": %.6f", n, argv[5], total,
-	       o.established, o.completed, o.failures, o.first_failure,
-	       tv_diff(&ru.ru_utime, &ru0.ru_utime), tv_diff(&ru.ru_stime, &ru0.ru_stime));
+	       "\"failures\": %ld, \"first_failure\": \"%s\", \"user\": %.6f, \"sys\": %.6f, \"minflt\": %ld, "
+	       "\"nvcsw\": %ld", n, argv[5], total, o.established, o.completed, o.failures, o.first_failure,
+	       tv_diff(&ru.ru_utime, &ru0.ru_utime), tv_diff(&ru.ru_stime, &ru0.ru_stime),
+	       ru.ru_minflt - ru0.ru_minflt, ru.ru_nvcsw - ru0.ru_nvcsw);
 	if (is_serial)
 		for (int k = 0; k < T_STEPS; k++)
 			printf(", \"%s\": %.9f", step_names[k], t[k]);

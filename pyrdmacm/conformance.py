@@ -197,9 +197,11 @@ class Raw:
 
 
 class KernelLog:
-    """New ``BUG:``/``WARNING:``/KASAN lines in /dev/kmsg since the last look, when readable."""
+    """New problem lines in /dev/kmsg since the last look, when readable: ``BUG:``,
+    ``WARNING:``, KASAN and UBSAN reports, refcount_t complaints, list corruption, oopses."""
 
-    BAD = re.compile(r"BUG:|WARNING:|KASAN|general protection|Oops")
+    BAD = re.compile(r"BUG:|kernel BUG|WARNING:|KASAN|UBSAN|general protection|Oops|refcount_t|"
+                     r"list_(add|del) corruption")
 
     def __init__(self) -> None:
         try:

@@ -69,3 +69,13 @@ def test_cli_lists_the_cases_without_a_device(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == [c.name for c in conformance.CASES]
     assert cli.main(["conformance", "--list", "--case", "nonesuch"]) == 3  # bad input
+
+
+def test_the_kernel_log_lines_that_fail_a_case():
+    bad = conformance.KernelLog.BAD
+    for line in ("BUG: kernel NULL pointer dereference, address: 0000000000000008", "kernel BUG at mm/slub.c:1!",
+                 "WARNING: CPU: 0 PID: 1 at drivers/infiniband/core/cma.c:1 x", "refcount_t: underflow; use-after-free.",
+                 "list_del corruption. prev->next should be ...", "UBSAN: shift-out-of-bounds in x.c:1"):
+        assert bad.search(line), line
+    for line in ("rdma_rxe: loaded", "ucma_write: process 181 (python) changed security contexts after opening"):
+        assert not bad.search(line), line

@@ -47,8 +47,12 @@ from __future__ import annotations
 import ipaddress
 import os
 import struct
-from dataclasses import dataclass
-from typing import Any, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
+
+if TYPE_CHECKING:
+    from dataclasses import dataclass
+else:  # the same frozen dataclasses, for less at import (pyrdmacm._frozen)
+    from ._frozen import dataclass
 
 from .errors import UsageError
 

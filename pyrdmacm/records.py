@@ -12,8 +12,12 @@ from the bytes and encodes :class:`ConnParam`; nothing here does I/O.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
-from typing import Optional, Tuple, Union
+from typing import TYPE_CHECKING, Optional, Tuple, Union
+
+if TYPE_CHECKING:
+    from dataclasses import dataclass
+else:  # the same frozen dataclasses, for less at import (pyrdmacm._frozen)
+    from ._frozen import dataclass
 
 from .abi import QpAttrMask
 from .addr import Address

@@ -1511,7 +1511,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--json", action="store_true", help="JSON output for scripts")
     pr.set_defaults(func=cmd_probe)
 
-    dc = sub.add_parser("decode", help="decode a command write or a reply buffer (hex or strace -X raw -xx line)")
+    dc = sub.add_parser("decode", help="decode a command write or a reply buffer (hex, or a line of strace -xx -s 4096 "
+                        "-e trace=write -P /dev/infiniband/rdma_cm)")
     dc.add_argument("data", nargs="*", help="hex bytes or an strace write(...) line (default: stdin)")
     dc.add_argument("--reply", metavar="KIND", help="decode a reply: CREATE_ID, GET_EVENT, QUERY:ADDR, QUERY:PATH, ...")
     dc.set_defaults(func=cmd_decode)

@@ -4,8 +4,9 @@ Theory of operation
 -------------------
 Input is bytes: a whole command write (``rdma_ucm_cmd_hdr`` + body), or a
 reply buffer together with the command it answers.  :func:`parse_input`
-accepts hex (spaces, ``0x`` and ``\\x`` allowed) or a line of ``strace -X raw
--xx`` output such as ``write(3, "\\x15\\x00...", 280) = 280``.  Decoding uses
+accepts hex (spaces, ``0x`` and ``\\x`` allowed) or a line of ``strace -xx -s 4096
+-e trace=write -P /dev/infiniband/rdma_cm`` output (``-X raw`` and ``-y`` lines too)
+such as ``write(3, "\\x15\\x00...", 280) = 280``.  Decoding uses
 the construct declarations of :mod:`pyrdmacm.abi` -- speed does not matter
 here, fidelity does -- and renders the result as plain JSON-able data:
 enums by name, socket addresses as text, byte arrays as hex.
@@ -77,10 +78,13 @@ def parse_input(text: str) -> bytes:
         except UnicodeDecodeError as e:
             raise DecodeError("strace line", "bad escape in the quoted buffer (%s)" % e) from None
     cleaned = re.sub(r"(0x|\\x|[\s:,])", "", text)
+    if not cleaned:  # e.g. a grep that matched no line of the trace
+        raise DecodeError("input", "nothing to decode: give hex bytes or an strace write(...) line of the device")
     if not _HEXCHARS.match(cleaned) or len(cleaned) % 2:
         raise DecodeError(
             "input",
-            "neither hex bytes nor an strace write(...) line (use `strace -X raw -xx -e write`)",
+            "neither hex bytes nor an strace write(...) line (use `strace -xx -s 4096 -e trace=write "
+            "-P /dev/infiniband/rdma_cm`)",
         )
     return bytes.fromhex(cleaned)
 

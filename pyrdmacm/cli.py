@@ -72,14 +72,21 @@ EXIT_CODES: Tuple[Tuple[int, str], ...] = (
 )
 
 
-def exit_codes_text(width: int = 78) -> str:
-    """The exit-code table as --help and docs/cli.md show it."""
-    import textwrap
+_EXIT_CODES_TEXT: Dict[int, str] = {}
 
-    lines = ["exit status (every subcommand):"]
-    for code, meaning in EXIT_CODES:
-        lines += textwrap.wrap(meaning, width, initial_indent="  %-4d" % code, subsequent_indent=" " * 6)
-    return "\n".join(lines)
+
+def exit_codes_text(width: int = 78) -> str:
+    """The exit-code table as --help and docs/cli.md show it (wrapped once: every subcommand's
+    parser carries it)."""
+    text = _EXIT_CODES_TEXT.get(width)
+    if text is None:
+        import textwrap
+
+        lines = ["exit status (every subcommand):"]
+        for code, meaning in EXIT_CODES:
+            lines += textwrap.wrap(meaning, width, initial_indent="  %-4d" % code, subsequent_indent=" " * 6)
+        text = _EXIT_CODES_TEXT[width] = "\n".join(lines)
+    return text
 
 
 def _ip_text(v: Any) -> str:

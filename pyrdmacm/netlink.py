@@ -47,6 +47,7 @@ import os
 import random
 import socket
 import struct
+import threading
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from pyroute2 import IPRoute  # type: ignore[import-untyped]
@@ -82,6 +83,7 @@ __all__ = [
     "Link",
     "Address",
     "route_get",
+    "session",
     "neighbour",
     "links",
     "addresses",
@@ -756,19 +758,71 @@ def _ip(value: Any) -> Optional[IPAddress]:
         return None
 
 
-class _rtnl:
-    """An IPRoute for the duration of one call (opened in the caller's netns)."""
+class _Session(threading.local):
+    """This thread's :class:`session`: how deep, its IPRoute, the links dump it answered."""
 
-    def __enter__(self) -> Any:
-        try:
-            self._ipr = IPRoute()
-        except OSError as e:
-            raise KernelError(e.errno or _errno.EIO, "socket(AF_NETLINK, NETLINK_ROUTE)",
-                              hint="cannot open a routing netlink socket") from e
-        return self._ipr
+    depth = 0
+    ipr: Any = None
+    links: Optional[List[Any]] = None
+
+
+_SESSION = _Session()
+
+
+class session:
+    """``with netlink.session():`` -- the calls made inside, in this thread, share one
+    routing socket and one ``RTM_GETLINK`` dump (what :func:`links` returns and the names
+    :func:`route_get` gives).  :func:`pyrdmacm.precheck.predict` makes one per prediction:
+    the facts are those a socket per call reads (a prediction reads them within a few
+    milliseconds), for one socket and one links dump instead of four and two.  A session
+    inside another is the outer one."""
+
+    def __enter__(self) -> "session":
+        _SESSION.depth += 1
+        return self
 
     def __exit__(self, *exc: object) -> None:
-        self._ipr.close()
+        _SESSION.depth -= 1
+        if not _SESSION.depth:
+            ipr, _SESSION.ipr, _SESSION.links = _SESSION.ipr, None, None
+            if ipr is not None:
+                ipr.close()
+
+
+def _open() -> Any:
+    try:
+        return IPRoute()
+    except OSError as e:
+        raise KernelError(e.errno or _errno.EIO, "socket(AF_NETLINK, NETLINK_ROUTE)",
+                          hint="cannot open a routing netlink socket") from e
+
+
+class _rtnl:
+    """An IPRoute for the duration of one call (opened in the caller's netns), or the
+    :class:`session`'s when one is open in this thread (opened on its first call)."""
+
+    def __enter__(self) -> Any:
+        self._own = None
+        if _SESSION.depth:
+            if _SESSION.ipr is None:
+                _SESSION.ipr = _open()
+            return _SESSION.ipr
+        self._own = _open()
+        return self._own
+
+    def __exit__(self, *exc: object) -> None:
+        if self._own is not None:
+            self._own.close()
+
+
+def _link_msgs(ipr: Any) -> List[Any]:
+    """``RTM_GETLINK``'s dump: once per session."""
+    if _SESSION.ipr is ipr and _SESSION.links is not None:
+        return _SESSION.links
+    msgs = list(ipr.get_links())
+    if _SESSION.ipr is ipr:
+        _SESSION.links = msgs
+    return msgs
 
 
 def _route_from_msg(msg: Any, dst: IPAddress, src: Optional[IPAddress], oif: Optional[int],
@@ -823,7 +877,7 @@ def route_get(
                          type=_ERRNO_ROUTE_TYPE.get(code, RouteType.UNSPEC))
         if not msgs:
             return Route(dst=dst, src=src, oif=oif, errno=_errno.ENETUNREACH, type=RouteType.UNSPEC)
-        names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in ipr.get_links()}
+        names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in _link_msgs(ipr)}
         route = _route_from_msg(msgs[0], dst, src, oif, names)
         # The matching FIB entry (``ip route get fibmatch``), for the prefix only.
         try:
@@ -853,7 +907,7 @@ def _replace(route: Route, **changes: Any) -> Route:
 def links() -> List[Link]:
     """The netdevs of this network namespace, in ifindex order."""
     with _rtnl() as ipr:
-        msgs = ipr.get_links()
+        msgs = _link_msgs(ipr)
     out = []
     for m in msgs:
         addr = m.get_attr("IFLA_ADDRESS")

@@ -461,13 +461,23 @@ def predict(
     else:
         if network is None:
             from . import netlink as network  # lazily: pyroute2 is slow to import
-        pred = _predict_ip(_as_ip(dst_a), _as_ip(src_a) if src_a is not None else None, scope_id, devs, network,
-                           ck, check_node)
+        session = getattr(network, "session", None)  # netlink's: one routing socket for the prediction
+        with session() if session is not None else _no_session():
+            pred = _predict_ip(_as_ip(dst_a), _as_ip(src_a) if src_a is not None else None, scope_id, devs,
+                               network, ck, check_node)
     refused = ck.refusal()
     if refused is not None:
         raise PrecheckError(refused.errno, refused.message, prediction=pred, src=pred.src_given, dst=pred.dst,
                             netdev=refused.netdev, hint=refused.hint)
     return _strict(pred, ck, strict)
+
+
+class _no_session:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 def _predict_ip(dst_ip: IPAddress, src_ip: Optional[IPAddress], scope_id: Any, devs: List[Device], network: Any,

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 from operator import attrgetter
 from reprlib import recursive_repr
+from types import MethodType
 from typing import Any, Callable, Dict, List, Tuple, Type, TypeVar
 
 __all__ = ["dataclass", "frozen"]
@@ -65,8 +66,57 @@ def _methods(cls: type, names: Tuple[str, ...]) -> Tuple[Callable[..., Any], ...
     return __repr__, __eq__, __hash__, __setattr__, __delattr__
 
 
+class _LazyInit:
+    """A record's ``__init__`` until its first call (or a look at its signature): then it is
+    compiled, with dataclass's text (a record made is one call, as fast as dataclass's), and
+    takes this one's place in the class.  Most records of a module are never made in a
+    given run: their ``__init__`` is never compiled."""
+
+    def __init__(self, cls: type, names: Tuple[str, ...], defaults: Dict[str, Any], post_init: bool) -> None:
+        self.cls, self.names, self.defaults, self.post_init = cls, names, defaults, post_init
+        self.__name__ = "__init__"
+        self.__qualname__ = "%s.__init__" % cls.__qualname__
+        self.__module__ = cls.__module__
+
+    def compile(self) -> Callable[..., None]:
+        """The class's real ``__init__`` (compiled and put in place the first time)."""
+        init: Any = self.cls.__dict__.get("__init__")
+        if init is not self:
+            return init  # type: ignore[no-any-return]
+        names, defaults = self.names, self.defaults
+        params = ", ".join(n + ("=__dflt_%s__" % n if n in defaults else "") for n in names)
+        body = "".join(" __object_setattr__(self, %r, %s)\n" % (n, n) for n in names)
+        if self.post_init:
+            body += " self.__post_init__()\n"
+        text = "def __init__(self%s%s):\n%s" % (", " if params else "", params, body or " pass\n")
+        scope: Dict[str, Any] = {"__dflt_%s__" % n: v for n, v in defaults.items()}
+        scope["__name__"] = self.__module__  # the method's __module__, as dataclass's
+        scope["__object_setattr__"] = object.__setattr__
+        exec(text, scope)
+        init = scope["__init__"]
+        init.__qualname__ = self.__qualname__
+        init.__annotations__ = dict({n: self.cls.__dict__["__annotations__"][n] for n in names}, **{"return": None})
+        type.__setattr__(self.cls, "__init__", init)
+        return init  # type: ignore[no-any-return]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        self.compile()(*args, **kwargs)
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        return self if obj is None else MethodType(self, obj)
+
+    @property
+    def __signature__(self) -> Any:  # what inspect.signature and help() show: the real one's
+        import inspect
+
+        return inspect.signature(self.compile())
+
+    def __repr__(self) -> str:
+        return "<function %s (compiled on first use)>" % self.__qualname__
+
+
 def frozen(cls: Type[_T]) -> Type[_T]:
-    """``@dataclass(frozen=True)``, its methods compiled at once."""
+    """``@dataclass(frozen=True)``, for less at import."""
     names: List[str] = []
     defaults: Dict[str, Any] = {}
     for name, kind in cls.__dict__.get("__annotations__", {}).items():
@@ -83,22 +133,11 @@ def frozen(cls: Type[_T]) -> Type[_T]:
         names.append(name)
     if any(dataclasses.is_dataclass(base) for base in cls.__mro__[1:]):
         raise TypeError("%s: @frozen does not take dataclass bases" % cls.__name__)
-    params = ", ".join(n + ("=__dflt_%s__" % n if n in defaults else "") for n in names)
-    body = "".join(" __object_setattr__(self, %r, %s)\n" % (n, n) for n in names)
-    if hasattr(cls, "__post_init__"):
-        body += " self.__post_init__()\n"
-    # __init__ is the one method compiled: a call per record made must stay one frame
-    text = "def __init__(self%s%s):\n%s" % (", " if params else "", params, body or " pass\n")
-    scope: Dict[str, Any] = {"__dflt_%s__" % n: v for n, v in defaults.items()}
-    scope["__name__"] = cls.__module__  # the methods' __module__, as dataclass's
-    scope["__object_setattr__"] = object.__setattr__
-    exec(text, scope)
-    init = scope["__init__"]
-    init.__annotations__ = dict({n: cls.__dict__["__annotations__"][n] for n in names}, **{"return": None})
-    for fn in (init,) + _methods(cls, tuple(names)):
-        fn.__qualname__ = "%s.%s" % (cls.__qualname__, fn.__name__)
+    stub = _LazyInit(cls, tuple(names), defaults, hasattr(cls, "__post_init__"))
+    for fn in (stub,) + _methods(cls, tuple(names)):
         if fn.__name__ in cls.__dict__:
             raise TypeError("%s defines %s: use dataclass" % (cls.__name__, fn.__name__))
+        fn.__qualname__ = "%s.%s" % (cls.__qualname__, fn.__name__)
         setattr(cls, fn.__name__, fn)
     out = dataclasses.dataclass(init=False, repr=False, eq=False)(cls)
     p = out.__dataclass_params__  # type: ignore[attr-defined]

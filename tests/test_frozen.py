@@ -138,3 +138,38 @@ def test_refuses_what_it_does_not_write():
 
             def __repr__(self):
                 return "x"
+
+
+def test_init_compiled_on_first_use():
+    @_frozen.dataclass(frozen=True)
+    class Pair:
+        """A pair."""
+
+        a: int
+        b: int = 2
+
+    @dataclasses.dataclass(frozen=True)
+    class Ref:
+        """A pair."""
+
+        a: int
+        b: int = 2
+
+    assert type(Pair.__dict__["__init__"]).__name__ == "_LazyInit"
+    assert Pair(1) == Pair(1, 2) and Pair(a=3).b == 2
+    assert inspect.isfunction(Pair.__dict__["__init__"])  # compiled, in place
+    errors = []
+    for cls in (Pair, Ref):
+        with pytest.raises(TypeError) as e:
+            cls()
+        errors.append(str(e.value).replace("Ref", "Pair"))
+    assert errors[0] == errors[1] and errors[0].endswith("missing 1 required positional argument: 'a'")
+
+    @_frozen.dataclass(frozen=True)
+    class Unused:
+        """Never made."""
+
+        x: int
+
+    assert str(inspect.signature(Unused)) == "(x: 'int') -> None"  # the signature compiles it
+    assert inspect.isfunction(Unused.__dict__["__init__"])

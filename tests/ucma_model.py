@@ -38,7 +38,6 @@ import collections
 import dataclasses
 import errno
 import os
-import re
 import select
 import struct
 import time
@@ -433,42 +432,6 @@ def join_outcomes(me: IdModel, w: World, mc_uid: int) -> Result:
 
 # -- the executor's view of the kernel -------------------------------------------------------
 
-class KernelProblems:
-    """New problem lines in /dev/kmsg (pyrdmacm.conformance.KernelLog's, plus refcount_t
-    and UBSAN reports and list corruption)."""
-
-    BAD = re.compile(r"BUG:|WARNING:|KASAN|general protection|Oops|refcount_t|UBSAN|list_(add|del) corruption|"
-                     r"kernel BUG")
-
-    def __init__(self) -> None:
-        try:
-            self.fd: Optional[int] = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            os.lseek(self.fd, 0, os.SEEK_END)
-        except OSError:
-            self.fd = None
-
-    def new(self) -> List[str]:
-        found = []
-        while self.fd is not None:
-            try:
-                line = os.read(self.fd, 8192).decode("utf-8", "replace")
-            except BlockingIOError:
-                break
-            except OSError as e:
-                if e.errno == errno.EPIPE:
-                    continue
-                break
-            msg = line.split(";", 1)[-1].strip()
-            if self.BAD.search(msg):
-                found.append(msg)
-        return found
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-
 def netlink_states(pid: int) -> List[str]:
     """The rdma_cm_state names of this pid's cm_ids, as RDMA netlink lists them."""
     from pyrdmacm import netlink
@@ -567,7 +530,9 @@ class UcmaMachine(RuleBasedStateMachine):
         self.ids: List[IdModel] = []
         self.stale: Set[int] = set()
         self.counter = 0
-        self.log = KernelProblems()
+        from pyrdmacm.conformance import KernelLog
+
+        self.log = KernelLog()  # the suite's own check of /dev/kmsg: BUG, WARNING, refcount_t ...
         self.optval = ReplyBuffer(4096)
         self.pid = os.getpid()
         self._forced: Optional[Tuple[int, int, IdModel]] = None
@@ -1196,7 +1161,7 @@ class UcmaMachine(RuleBasedStateMachine):
 
     @invariant()
     def kernel_agrees(self) -> None:
-        problems = self.log.new()
+        problems = self.log.new_problems()
         if problems:
             self._fail("the kernel log has new problem lines:\n  " + "\n  ".join(problems[:10]))
         for i in self._open():
@@ -1232,7 +1197,7 @@ class UcmaMachine(RuleBasedStateMachine):
             left = list((collections.Counter(netlink_states(self.pid)) - collections.Counter(self.baseline)).elements())
             if left:
                 self._fail("every channel is closed, yet RDMA netlink still lists cm_ids of this process: %s" % left)
-            problems = self.log.new()
+            problems = self.log.new_problems()
             if problems:
                 self._fail("the kernel log has new problem lines:\n  " + "\n  ".join(problems[:10]))
         finally:

@@ -8,7 +8,8 @@ command's struct.  ``in`` is the size of that struct; ``out`` is the size of
 the reply buffer, whose *address* travels inside the struct as a ``__u64
 response`` field -- the kernel ``copy_to_user()``\\ s the reply there.
 
-This module holds the constants and enums; the layouts are construct ``Struct``\\ s
+This module holds the constants and enums (seven of them, which nothing needs at
+import, load from :mod:`pyrdmacm._abi_later` on first use); the layouts are construct ``Struct``\\ s
 under the kernel's own names, declared in :mod:`pyrdmacm._structs` -- the single
 source of truth -- and re-exported here on first use (``abi.rdma_ucm_create_id``,
 ``abi.STRUCTS``, ``abi.COMMANDS`` ...: a module ``__getattr__``), so that importing
@@ -34,8 +35,7 @@ so they decode to the GUID as humans write it.  See :data:`NETWORK_ORDER_DESPITE
 
 from __future__ import annotations
 
-import enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._enum import NamedIntEnum
 
@@ -194,92 +194,6 @@ class OptionIb(NamedIntEnum):
     PATH = 1
 
 
-class McJoinFlag(NamedIntEnum):
-    """``RDMA_MC_JOIN_FLAG_*``: ``join_flags`` of JOIN_MCAST."""
-
-    FULLMEMBER = 0
-    SENDONLY_FULLMEMBER = 1
-    RESERVED = 2
-
-
-class IbServiceFlag(enum.IntFlag):
-    """``RDMA_USER_CM_IB_SERVICE_FLAG_*`` (6.17+)."""
-
-    ID = 1 << 0
-    NAME = 1 << 1
-
-
-class IbPathFlag(enum.IntFlag):
-    """``IB_PATH_*``: ``flags`` of ``ib_path_rec_data`` (``<rdma/ib_user_sa.h>``)."""
-
-    GMP = 1
-    PRIMARY = 1 << 1
-    ALTERNATE = 1 << 2
-    OUTBOUND = 1 << 3
-    INBOUND = 1 << 4
-    INBOUND_REVERSE = 1 << 5
-    BIDIRECTIONAL = (1 << 3) | (1 << 5)
-
-
-class RejectReason(NamedIntEnum):
-    """IB CM reject reasons (``enum ib_cm_rej_reason``; IBTA vol. 1, 12.6.7.2).
-
-    A REJECTED event's ``status`` may carry any of them.  The REJECT command takes only
-    CONSUMER_DEFINED and VENDOR_OPTION_NOT_SUPPORTED (0 means CONSUMER_DEFINED).
-    """
-
-    NO_QP = 1
-    NO_EEC = 2
-    NO_RESOURCES = 3
-    TIMEOUT = 4
-    UNSUPPORTED = 5
-    INVALID_COMM_ID = 6
-    INVALID_COMM_INSTANCE = 7
-    INVALID_SERVICE_ID = 8
-    INVALID_TRANSPORT_TYPE = 9
-    STALE_CONN = 10
-    RDC_NOT_EXIST = 11
-    INVALID_GID = 12
-    INVALID_LID = 13
-    INVALID_SL = 14
-    INVALID_TRAFFIC_CLASS = 15
-    INVALID_HOP_LIMIT = 16
-    INVALID_PACKET_RATE = 17
-    INVALID_ALT_GID = 18
-    INVALID_ALT_LID = 19
-    INVALID_ALT_SL = 20
-    INVALID_ALT_TRAFFIC_CLASS = 21
-    INVALID_ALT_HOP_LIMIT = 22
-    INVALID_ALT_PACKET_RATE = 23
-    PORT_CM_REDIRECT = 24
-    PORT_REDIRECT = 25
-    INVALID_MTU = 26
-    INSUFFICIENT_RESP_RESOURCES = 27
-    CONSUMER_DEFINED = 28
-    INVALID_RNR_RETRY = 29
-    DUPLICATE_LOCAL_COMM_ID = 30
-    INVALID_CLASS_VERSION = 31
-    INVALID_FLOW_LABEL = 32
-    INVALID_ALT_FLOW_LABEL = 33
-    VENDOR_OPTION_NOT_SUPPORTED = 35
-
-
-#: The reasons the REJECT command takes (any other: EINVAL, ``ucma_reject``).
-REJECT_REASONS = (RejectReason.CONSUMER_DEFINED, RejectReason.VENDOR_OPTION_NOT_SUPPORTED)
-
-
-class SidrStatus(NamedIntEnum):
-    """``enum ib_cm_sidr_status``: the status of a SIDR REP, which an UNREACHABLE event of a
-    datagram id carries (IBTA vol. 1, 12.11.2)."""
-
-    SUCCESS = 0
-    UNSUPPORTED = 1
-    REJECT = 2
-    NO_QP = 3
-    REDIRECT = 4
-    UNSUPPORTED_VERSION = 5
-
-
 class NotifyEvent(NamedIntEnum):
     """The ``event`` of NOTIFY (``enum ib_event_type`` members ``rdma_notify`` takes)."""
 
@@ -287,42 +201,19 @@ class NotifyEvent(NamedIntEnum):
     PATH_MIG = 6
 
 
-class QpState(NamedIntEnum):
-    """``enum ib_uverbs_qp_state``: the ``qp_state`` of INIT_QP_ATTR."""
+#: the enums (and REJECT_REASONS) of :mod:`pyrdmacm._abi_later`: loaded on first use
+_LATER = frozenset(("McJoinFlag", "IbServiceFlag", "IbPathFlag", "RejectReason", "REJECT_REASONS", "SidrStatus",
+                    "QpState", "QpAttrMask"))
 
-    RESET = 0
-    INIT = 1
-    RTR = 2
-    RTS = 3
-    SQD = 4
-    SQE = 5
-    ERR = 6
-
-
-class QpAttrMask(enum.IntFlag):
-    """``enum ib_uverbs_qp_attr_mask`` (``IB_QP_*``): which fields INIT_QP_ATTR's answer sets."""
-
-    STATE = 1 << 0
-    CUR_STATE = 1 << 1
-    EN_SQD_ASYNC_NOTIFY = 1 << 2
-    ACCESS_FLAGS = 1 << 3
-    PKEY_INDEX = 1 << 4
-    PORT = 1 << 5
-    QKEY = 1 << 6
-    AV = 1 << 7
-    PATH_MTU = 1 << 8
-    TIMEOUT = 1 << 9
-    RETRY_CNT = 1 << 10
-    RNR_RETRY = 1 << 11
-    RQ_PSN = 1 << 12
-    MAX_QP_RD_ATOMIC = 1 << 13
-    ALT_PATH = 1 << 14
-    MIN_RNR_TIMER = 1 << 15
-    SQ_PSN = 1 << 16
-    MAX_DEST_RD_ATOMIC = 1 << 17
-    PATH_MIG_STATE = 1 << 18
-    CAP = 1 << 19
-    DEST_QPN = 1 << 20
+if TYPE_CHECKING:  # the names as this module's own (explicit re-exports)
+    from ._abi_later import REJECT_REASONS as REJECT_REASONS
+    from ._abi_later import IbPathFlag as IbPathFlag
+    from ._abi_later import IbServiceFlag as IbServiceFlag
+    from ._abi_later import McJoinFlag as McJoinFlag
+    from ._abi_later import QpAttrMask as QpAttrMask
+    from ._abi_later import QpState as QpState
+    from ._abi_later import RejectReason as RejectReason
+    from ._abi_later import SidrStatus as SidrStatus
 
 
 # --------------------------------------------------------------------------- the layouts, on first use
@@ -335,6 +226,11 @@ def __getattr__(name: str) -> Any:
     :mod:`pyrdmacm._layouts` instead)."""
     if name.startswith("__") and name.endswith("__"):  # dunders (__path__, __wrapped__ ...) are never layouts
         raise AttributeError("module %r has no attribute %r" % (__name__, name))
+    if name in _LATER:  # an enum nothing needs at import (pyrdmacm._abi_later)
+        from . import _abi_later
+
+        value = globals()[name] = getattr(_abi_later, name)  # once: the next use is a plain attribute
+        return value
     from . import _structs
 
     try:

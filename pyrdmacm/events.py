@@ -42,28 +42,48 @@ _REJECTED = abi.CmEventType.REJECTED
 _UNREACHABLE = abi.CmEventType.UNREACHABLE
 _MC_EVENTS = (abi.CmEventType.MULTICAST_JOIN, abi.CmEventType.MULTICAST_ERROR)
 
-#: What a REJECTED reason means, and what to do.
-REJECT_HINTS: Dict[int, str] = {
-    abi.RejectReason.TIMEOUT: "the peer destroyed its id while its connection request was outstanding",
-    abi.RejectReason.INVALID_SERVICE_ID: "nothing listens on that port in this port space on the peer "
-    "(start the listener first, or check the port and the port space)",
-    abi.RejectReason.STALE_CONN: "the peer still holds a connection from this CA with the same QP number "
-    "(live or in timewait): use another QP number, or retry after the peer's timewait",
-    abi.RejectReason.CONSUMER_DEFINED: "the peer rejected: its application did (its private data, if any, "
-    "says why), or it destroyed the request unanswered, or its rdma_cm refused it (a listener bound to "
-    "another address, a bad accept); rejects the kernel makes carry no private data",
-    abi.RejectReason.VENDOR_OPTION_NOT_SUPPORTED: "the peer refused the ECE options offered",
-    abi.RejectReason.INVALID_RNR_RETRY: "the peer refused the RNR retry count",
-    abi.RejectReason.NO_RESOURCES: "the peer is out of resources",
-}
-#: What a SIDR status (UNREACHABLE on a datagram id) means.
-SIDR_HINTS: Dict[int, str] = {
-    abi.SidrStatus.UNSUPPORTED: "nothing listens on that port in this port space on the peer",
-    abi.SidrStatus.REJECT: "the peer rejected the request (its private data, if any, says why)",
-    abi.SidrStatus.NO_QP: "the peer has no QP for the request",
-    abi.SidrStatus.REDIRECT: "the peer redirects the request elsewhere",
-    abi.SidrStatus.UNSUPPORTED_VERSION: "the peer does not speak this SIDR version",
-}
+#: What a REJECTED reason means, and what to do (``abi.RejectReason`` -> text), and what a
+#: SIDR status (UNREACHABLE on a datagram id) means (``abi.SidrStatus`` -> text): made on
+#: first use (a module ``__getattr__``), as the two enums load then.
+REJECT_HINTS: Dict[int, str]
+SIDR_HINTS: Dict[int, str]
+
+
+def _hints() -> Tuple[Dict[int, str], Dict[int, str]]:
+    """REJECT_HINTS and SIDR_HINTS (made the first time, then module attributes)."""
+    made = globals().get("SIDR_HINTS")
+    if made is not None:
+        return globals()["REJECT_HINTS"], made
+    hints: Dict[int, str] = {
+        abi.RejectReason.TIMEOUT: "the peer destroyed its id while its connection request was outstanding",
+        abi.RejectReason.INVALID_SERVICE_ID: "nothing listens on that port in this port space on the peer "
+        "(start the listener first, or check the port and the port space)",
+        abi.RejectReason.STALE_CONN: "the peer still holds a connection from this CA with the same QP number "
+        "(live or in timewait): use another QP number, or retry after the peer's timewait",
+        abi.RejectReason.CONSUMER_DEFINED: "the peer rejected: its application did (its private data, if any, "
+        "says why), or it destroyed the request unanswered, or its rdma_cm refused it (a listener bound to "
+        "another address, a bad accept); rejects the kernel makes carry no private data",
+        abi.RejectReason.VENDOR_OPTION_NOT_SUPPORTED: "the peer refused the ECE options offered",
+        abi.RejectReason.INVALID_RNR_RETRY: "the peer refused the RNR retry count",
+        abi.RejectReason.NO_RESOURCES: "the peer is out of resources",
+    }
+    sidr: Dict[int, str] = {
+        abi.SidrStatus.UNSUPPORTED: "nothing listens on that port in this port space on the peer",
+        abi.SidrStatus.REJECT: "the peer rejected the request (its private data, if any, says why)",
+        abi.SidrStatus.NO_QP: "the peer has no QP for the request",
+        abi.SidrStatus.REDIRECT: "the peer redirects the request elsewhere",
+        abi.SidrStatus.UNSUPPORTED_VERSION: "the peer does not speak this SIDR version",
+    }
+    globals().update(REJECT_HINTS=hints, SIDR_HINTS=sidr)
+    return hints, sidr
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("REJECT_HINTS", "SIDR_HINTS"):
+        return _hints()[name == "SIDR_HINTS"]
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
+
 #: What a failure event with a negative errno means.
 ERRNO_HINTS: Dict[Tuple[int, int], str] = {
     (abi.CmEventType.UNREACHABLE, -110): "the peer never answered (no REP for the REQ, or no RTU for the "
@@ -144,9 +164,9 @@ class Event(NamedTuple):
         """What the event means and what to do, in a sentence ('' when there is nothing to say)."""
         ev, status = self.event, self.status
         if status > 0 and ev is _REJECTED:
-            return REJECT_HINTS.get(status, "the peer's CM rejected the connection (IB CM reason %d)" % status)
+            return _hints()[0].get(status, "the peer's CM rejected the connection (IB CM reason %d)" % status)
         if status > 0 and ev is _UNREACHABLE and self._datagram():
-            return SIDR_HINTS.get(status, "the peer answered the SIDR request with status %d" % status)
+            return _hints()[1].get(status, "the peer answered the SIDR request with status %d" % status)
         return ERRNO_HINTS.get((ev, status)) or EVENT_HINTS.get(ev, "")
 
     @property

@@ -19,8 +19,10 @@ if TYPE_CHECKING:
 else:  # the same frozen dataclasses, for less at import (pyrdmacm._frozen)
     from ._frozen import dataclass
 
-from .abi import QpAttrMask
 from .addr import Address
+
+if TYPE_CHECKING:
+    from .abi import QpAttrMask
 
 __all__ = ["DeviceRef", "AddrInfo", "PathRecord", "ServiceRecord", "ConnParam", "AhAttr", "UdParam", "QpAttr", "MTU_BYTES",
            "mtu_bytes"]
@@ -232,34 +234,42 @@ class QpAttr:
     def fields(self) -> "dict[str, object]":
         """The attributes ``mask`` says are set, by name (``{"qp_state": 2, "dest_qp_num": ...}``)."""
         out: "dict[str, object]" = {}
-        for bit, names in _MASK_FIELDS:
+        for bit, names in _mask_fields():
             if self.mask & bit:
                 for name in names:
                     out[name] = getattr(self, name)
         return out
 
 
-_M = QpAttrMask
-#: which QpAttr fields each mask bit covers
-_MASK_FIELDS = (
-    (_M.STATE, ("qp_state",)),
-    (_M.CUR_STATE, ("cur_qp_state",)),
-    (_M.EN_SQD_ASYNC_NOTIFY, ("en_sqd_async_notify",)),
-    (_M.ACCESS_FLAGS, ("qp_access_flags",)),
-    (_M.PKEY_INDEX, ("pkey_index",)),
-    (_M.PORT, ("port_num",)),
-    (_M.QKEY, ("qkey",)),
-    (_M.AV, ("ah_attr",)),
-    (_M.PATH_MTU, ("path_mtu",)),
-    (_M.TIMEOUT, ("timeout",)),
-    (_M.RETRY_CNT, ("retry_cnt",)),
-    (_M.RNR_RETRY, ("rnr_retry",)),
-    (_M.RQ_PSN, ("rq_psn",)),
-    (_M.MAX_QP_RD_ATOMIC, ("max_rd_atomic",)),
-    (_M.ALT_PATH, ("alt_ah_attr", "alt_pkey_index", "alt_port_num", "alt_timeout")),
-    (_M.MIN_RNR_TIMER, ("min_rnr_timer",)),
-    (_M.SQ_PSN, ("sq_psn",)),
-    (_M.MAX_DEST_RD_ATOMIC, ("max_dest_rd_atomic",)),
-    (_M.PATH_MIG_STATE, ("path_mig_state",)),
-    (_M.DEST_QPN, ("dest_qp_num",)),
-)
+_MASK_FIELDS: "tuple[tuple[int, tuple[str, ...]], ...]" = ()
+
+
+def _mask_fields() -> "tuple[tuple[int, tuple[str, ...]], ...]":
+    """Which QpAttr fields each mask bit covers (made on first use: QpAttrMask loads then)."""
+    global _MASK_FIELDS
+    if not _MASK_FIELDS:
+        from .abi import QpAttrMask as _M
+
+        _MASK_FIELDS = (
+            (_M.STATE, ("qp_state",)),
+            (_M.CUR_STATE, ("cur_qp_state",)),
+            (_M.EN_SQD_ASYNC_NOTIFY, ("en_sqd_async_notify",)),
+            (_M.ACCESS_FLAGS, ("qp_access_flags",)),
+            (_M.PKEY_INDEX, ("pkey_index",)),
+            (_M.PORT, ("port_num",)),
+            (_M.QKEY, ("qkey",)),
+            (_M.AV, ("ah_attr",)),
+            (_M.PATH_MTU, ("path_mtu",)),
+            (_M.TIMEOUT, ("timeout",)),
+            (_M.RETRY_CNT, ("retry_cnt",)),
+            (_M.RNR_RETRY, ("rnr_retry",)),
+            (_M.RQ_PSN, ("rq_psn",)),
+            (_M.MAX_QP_RD_ATOMIC, ("max_rd_atomic",)),
+            (_M.ALT_PATH, ("alt_ah_attr", "alt_pkey_index", "alt_port_num", "alt_timeout")),
+            (_M.MIN_RNR_TIMER, ("min_rnr_timer",)),
+            (_M.SQ_PSN, ("sq_psn",)),
+            (_M.MAX_DEST_RD_ATOMIC, ("max_dest_rd_atomic",)),
+            (_M.PATH_MIG_STATE, ("path_mig_state",)),
+            (_M.DEST_QPN, ("dest_qp_num",)),
+        )
+    return _MASK_FIELDS

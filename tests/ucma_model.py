@@ -1247,7 +1247,7 @@ def run_round(seed: int, examples: int, steps: int, shrink_budget: float = 60.0)
 
 
 def campaign(seconds: float, seed: int, examples: int = 20, steps: int = 30,
-             out: Callable[[str], None] = print) -> Dict[str, Any]:
+             out: Callable[[str], None] = print, shrink_seconds: float = 60.0) -> Dict[str, Any]:
     """Rounds of :func:`run_round` with seeds seed, seed+1, ... until ``seconds`` have passed;
     the figures, and each disagreement's reproducer."""
     from pyrdmacm.conformance import kernel_version
@@ -1260,7 +1260,7 @@ def campaign(seconds: float, seed: int, examples: int = 20, steps: int = 30,
     while time.monotonic() - start < seconds:
         s = seed + rounds
         rounds += 1
-        report = run_round(s, examples, steps)
+        report = run_round(s, examples, steps, shrink_budget=shrink_seconds)
         if report:
             found.append((s, report))
             out("== disagreement (seed %d) ==\n%s\n" % (s, report))
@@ -1291,11 +1291,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--examples", type=int, default=20, help="sequences per round (default 20)")
     p.add_argument("--steps", type=int, default=30, help="commands per sequence at most (default 30)")
+    p.add_argument("--shrink-seconds", type=float, default=60.0,
+                   help="how long a failure may be shrunk (default 60; each step is a syscall on the real kernel: "
+                        "give more for a minimal reproducer)")
     p.add_argument("--json", metavar="FILE", help="write the figures there too (relative: in $LAB_OUT, the lab's "
                    "output directory)")
     a = p.parse_args(argv)
     seed = a.seed if a.seed is not None else int.from_bytes(os.urandom(4), "little")
-    fig = campaign(a.minutes * 60, seed, a.examples, a.steps)
+    fig = campaign(a.minutes * 60, seed, a.examples, a.steps, shrink_seconds=a.shrink_seconds)
     print_figures(fig)
     if a.json:
         path = a.json if os.path.isabs(a.json) else os.path.join(os.environ.get("LAB_OUT", "."), a.json)

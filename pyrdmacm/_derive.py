@@ -167,6 +167,8 @@ def render() -> str:
         "declarations give: run %s after changing them." % GENERATOR,
         '"""',
         "",
+        "from __future__ import annotations  # the annotations below cost nothing at import",
+        "",
         "from typing import Dict, Optional, Tuple",
         "",
         "#: name -> (struct format, dotted field names, big-endian fields as (field index, size))",

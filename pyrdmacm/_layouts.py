@@ -5,6 +5,8 @@ single source of truth; tests/test_layouts.py fails when this file is not what t
 declarations give: run tools/gen_layouts after changing them.
 """
 
+from __future__ import annotations  # the annotations below cost nothing at import
+
 from typing import Dict, Optional, Tuple
 
 #: name -> (struct format, dotted field names, big-endian fields as (field index, size))

@@ -830,11 +830,13 @@ class AsyncChannel:
             # id k and those after it were not called; those before it are under way
             del uids[k:]
             sink.left = k
-            note = getattr(exc, "add_note", None)
-            if note is not None:
-                note("in a batch of %d ids: id %d (uid %d) was refused; %s" % (
-                    len(ids), k, ids[k].uid, "the %d before it are under way (their events are taken and "
-                    "acked), the rest were not called" % k if k else "no id was called"))
+            text = "in a batch of %d ids: id %d (uid %d) was refused; %s" % (
+                len(ids), k, ids[k].uid, "the %d before it are under way (their events are taken and "
+                "acked), the rest were not called" % k if k else "no id was called")
+            if hasattr(exc, "add_note"):
+                exc.add_note(text)
+            else:  # before Python 3.11: the same attribute (PEP 678), which tracebacks do not show there
+                exc.__notes__ = [*getattr(exc, "__notes__", ()), text]
             fut.set_exception(exc)
             if not k:
                 return fut

@@ -136,12 +136,28 @@ def _parse(name: str, data: bytes, offset: int = 0) -> Tuple[Container, int]:
         raise DecodeError(name, str(e), offset) from None
 
 
+def _status_name(event: int, status: int) -> str:
+    """What an event's status means, as Event.status_name says it (a reply carries no id: an
+    UNREACHABLE's positive status is named as the SIDR status it is on a datagram id)."""
+    from .errors import errno_name
+
+    if status < 0:
+        return errno_name(status)
+    if event == abi.CmEventType.REJECTED:
+        return "reject reason %s" % abi.RejectReason.name_of(status)
+    if event == abi.CmEventType.UNREACHABLE:
+        return "SIDR status %s (a datagram id's)" % abi.SidrStatus.name_of(status)
+    return str(status)
+
+
 def decode_struct(name: str, data: bytes, offset: int = 0) -> Dict[str, Any]:
     parsed, size = _parse(name, data, offset)
     out: Dict[str, Any] = _render(name, parsed)
     if name in ("rdma_ucm_event_resp", "rdma_ucm_write_cm_event"):
         status = parsed.status
-        out["status"] = status - 0x100000000 if status & 0x80000000 else status
+        status = out["status"] = status - 0x100000000 if status & 0x80000000 else status
+        if status:
+            out["status_name"] = _status_name(int(parsed.event), status)
     if name in _VARIABLE:
         count_field, list_field, elem = _VARIABLE[name]
         n = parsed[count_field]

@@ -42,7 +42,16 @@ def test_decode_reply_event(capsys):
     raw += (2**32 - 110).to_bytes(4, "little") + bytes(336 - 20)
     code, out, _ = run(capsys, "decode", "--reply", "GET_EVENT", raw.hex())
     j = json.loads(out)["reply"]
-    assert code == 0 and j["event"] == "ADDR_ERROR" and j["status"] == -110
+    assert code == 0 and j["event"] == "ADDR_ERROR" and j["status"] == -110 and j["status_name"] == "ETIMEDOUT"
+
+
+def test_decode_reply_event_names_a_reject_reason(capsys):
+    raw = (1).to_bytes(8, "little") + (5).to_bytes(4, "little") + (8).to_bytes(4, "little")  # uid, id, REJECTED
+    raw += (8).to_bytes(4, "little") + bytes(336 - 20)  # status 8: the IB CM's reject reason, no errno
+    code, out, _ = run(capsys, "decode", "--reply", "GET_EVENT", raw.hex())
+    j = json.loads(out)["reply"]
+    assert code == 0 and j["event"] == "REJECTED" and j["status"] == 8
+    assert j["status_name"] == "reject reason INVALID_SERVICE_ID"
 
 
 @pytest.mark.parametrize(

@@ -362,10 +362,13 @@ class Address:
 
     @property
     def is_any(self) -> bool:
+        """True for 0.0.0.0 and ::, the any address."""
         return self.ip.is_unspecified
 
     @property
     def zone(self) -> str:
+        """The IPv6 zone (scope) as the user writes it (the interface's name where there is
+        one, else the number), "" when there is none."""
         return _zone_name(self.scope_id) if self.scope_id else ""
 
     def __str__(self) -> str:

@@ -377,6 +377,7 @@ class AsyncChannel:
 
     @property
     def closed(self) -> bool:
+        """True once close() ran or the channel below was closed."""
         return self._closed is not None
 
     def __repr__(self) -> str:

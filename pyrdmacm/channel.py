@@ -127,6 +127,8 @@ class EventChannel:
 
     # -- fd
     def fileno(self) -> int:
+        """The fd, for select/poll/epoll or an event loop's add_reader: readable when an event
+        is queued (then get_event(0) returns it)."""
         return self._t.fileno()
 
     def close(self) -> None:
@@ -219,7 +221,17 @@ class EventChannel:
 
     # -- events
     get_event = _hot.get_event
+    get_event.__doc__ = """The next event (GET_EVENT): ``rdma_get_cm_event``; None when none came
+    within ``timeout`` seconds (None: wait for ever; 0: only look).
+
+    The event's id has moved already (its ``state``); acknowledge it with ``event.ack()``
+    (``rdma_ack_cm_event``: destroy() warns of events left unacked).  One reader at a time:
+    a second thread's call raises StateError.  ``close()`` from another thread ends a wait
+    with StateError; a signal's handler runs and the wait goes on."""
     get_events = _hot.get_events
+    get_events.__doc__ = """Up to ``max_events`` queued events in one call (a GET_EVENT each), waiting
+    ``timeout`` seconds for the first (0, the default: only look; None: for ever); with
+    ``ack=True`` each is acknowledged as it is read."""
 
     @staticmethod
     def _seconds(timeout: Any) -> Optional[float]:

@@ -667,9 +667,13 @@ class CmId:
         self.set_option(abi.OptionId.TOS, tos)
 
     def set_reuseaddr(self, on: bool = True) -> None:
+        """``rdma_set_option(REUSEADDR)``: SET_OPTION on a fresh id (IDLE), before bind_addr,
+        resolve_addr or listen; StateError in any other state."""
         self.set_option(abi.OptionId.REUSEADDR, on)
 
     def set_afonly(self, on: bool = True) -> None:
+        """``rdma_set_option(AFONLY)``: SET_OPTION in IDLE or ADDR_BOUND: an IPv6 listener on
+        the any address then takes no IPv4 requests."""
         self.set_option(abi.OptionId.AFONLY, on)
 
     def set_ack_timeout(self, timeout: int) -> None:
@@ -914,23 +918,28 @@ class CmId:
 
     @property
     def device(self) -> Optional[DeviceRef]:
+        """The RDMA device the id is bound to (QUERY ADDR, cached until the id moves), or None."""
         return self.query_addr().device
 
     @property
     def port_num(self) -> int:
+        """The device's port the id is bound to (QUERY ADDR); 0 while unbound."""
         return self.query_addr().port_num
 
     @property
     def pkey(self) -> int:
+        """The partition key of the id's address (QUERY ADDR; 0x0000 on RoCE, whose GIDs carry none)."""
         return self.query_addr().pkey
 
     @property
     def sgid(self) -> Optional[ipaddress.IPv6Address]:
+        """The source GID (QUERY GID, the AF_IB view of the addresses), or None while unbound."""
         s = self.query_gid()[0]
         return s.ip if s is not None and s.family == AF_IB else None  # type: ignore[return-value]
 
     @property
     def dgid(self) -> Optional[ipaddress.IPv6Address]:
+        """The destination GID (QUERY GID), or None before resolve_addr's ADDR_RESOLVED."""
         d = self.query_gid()[1]
         return d.ip if d is not None and d.family == AF_IB else None  # type: ignore[return-value]
 
@@ -1035,6 +1044,7 @@ class Membership:
 
     @property
     def joined(self) -> bool:
+        """True until leave() (or the id's destroy) ends the membership."""
         return self.uid in getattr(self.id, "_mcs", {})
 
     def leave(self) -> int:

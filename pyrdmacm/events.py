@@ -183,6 +183,8 @@ class Event(NamedTuple):
 
     @property
     def private_data(self) -> bytes:
+        """The peer's private data of a connection event (the whole field of its message:
+        zero-padded, the IB CM sends no length), b"" for other events."""
         p = self.param
         return p.private_data if isinstance(p, (ConnParam, UdParam)) else b""
 

@@ -180,22 +180,27 @@ class UdParam:
 
     @property
     def dgid(self) -> ipaddress.IPv6Address:
+        """The address handle's destination GID (``ah.dgid``)."""
         return self.ah.dgid
 
     @property
     def dlid(self) -> int:
+        """The address handle's destination LID (``ah.dlid``; 0 on RoCE)."""
         return self.ah.dlid
 
     @property
     def sl(self) -> int:
+        """The address handle's service level (``ah.sl``)."""
         return self.ah.sl
 
     @property
     def port_num(self) -> int:
+        """The address handle's port (``ah.port_num``)."""
         return self.ah.port_num
 
     @property
     def is_global(self) -> int:
+        """1 when the address handle has a GRH (always on RoCE), ``ah.is_global``."""
         return self.ah.is_global
 
 

@@ -83,3 +83,25 @@ def test_ipoib_resolves_only_through_the_loopback_path():
         (_, w), = um.resolve_outcomes(m, World(), um.DSTS[dst], None, [])
         m.worlds = {w}
         assert {x.q[0][0] for x in m.possible() if x.q} == {event}
+
+
+def test_a_reproducer_is_reduced_to_the_steps_its_last_answer_needs(monkeypatch):
+    """reduce_script drops every step whose absence leaves the last command's answer as it was
+    (here: LISTEN twice answers EINVAL only after a create and a first LISTEN)."""
+    import ucma_model
+
+    header = ["import", "import", "ch = ...", "optval = ..."]
+    steps = ["ch[1] = Raw()", "create h2", "ch[0].close()", "ch[0] = Raw()", "listen h2", "ch[0].close()"]
+    last = "err = listen h2  # LISTEN -> EINVAL"
+
+    def replay(lines):
+        body = lines[len(header):]
+        if "create h2" not in body:
+            return None  # h2 undefined: the step fails
+        return 22 if body.count("listen h2") + body.count(last) == 2 else 0
+
+    monkeypatch.setattr(ucma_model, "_replay", replay)
+    reduced = ucma_model.reduce_script(header + steps + [last], budget=5)
+    assert reduced == header + ["create h2", "listen h2", last]
+    monkeypatch.setattr(ucma_model, "_replay", lambda lines: None)  # does not replay: nothing to offer
+    assert ucma_model.reduce_script(header + steps + [last], budget=5) is None

@@ -551,7 +551,7 @@ class UcmaMachine(RuleBasedStateMachine):
         if cls.first_failure is None:
             cls.first_failure = time.monotonic()
         if cls.smallest is None or len(self.script) < cls.smallest[0]:
-            cls.smallest = (len(self.script), report)
+            cls.smallest = (len(self.script), report, list(self.script))
         raise Disagreement("%s\n\nreproducer (kernel %d.%d):\n%s" % (what, self.version[0], self.version[1],
                                                                       "\n".join(self.script)))
 
@@ -1241,9 +1241,58 @@ def run_round(seed: int, examples: int, steps: int, shrink_budget: float = 60.0)
         test()
     except Exception as e:  # a Disagreement, or hypothesis' complaint after the shrink budget
         if UcmaMachine.smallest is not None:
-            return UcmaMachine.smallest[1]
+            _n, report, script = UcmaMachine.smallest
+            reduced = reduce_script(script, shrink_budget)
+            if reduced is not None and len(reduced) < len(script):
+                report += ("\n\nreduced (replayed on this kernel: the %d steps without which the last command "
+                           "still answers as above):\n%s" % (len(reduced) - _HEADER, "\n".join(reduced)))
+            return report
         raise
     return None
+
+
+#: the reproducer's first lines: imports, the channels' list, the option buffer
+_HEADER = 4
+
+
+def _replay(lines: List[str]) -> Optional[int]:
+    """Run a reproducer here; the errno its last command answered, or None if a step fails."""
+    env: Dict[str, Any] = {}
+    try:
+        exec(compile("\n".join(lines), "<reproducer>", "exec"), env)  # noqa: S102 - our own script
+        return int(env["err"])
+    except Exception:  # a step needs one that was left out
+        return None
+    finally:
+        for c in env.get("ch") or ():
+            try:
+                if c is not None:
+                    c.close()  # closing destroys the replay's ids
+            except Exception:
+                pass
+
+
+def reduce_script(script: List[str], budget: float) -> Optional[List[str]]:
+    """The shortest subsequence of ``script``'s steps found within ``budget`` seconds, removing
+    one step at a time, after which the last command still answers what it answered: what a
+    kernel developer runs.  None when the script does not replay as it ran."""
+    if len(script) <= _HEADER + 1 or not script[-1].startswith("err = "):
+        return None
+    want = _replay(script)
+    if want is None:
+        return None
+    deadline = time.monotonic() + budget
+    lines = list(script)
+    changed = True
+    while changed and time.monotonic() < deadline:
+        changed = False
+        for i in range(len(lines) - 2, _HEADER - 1, -1):  # the last command stays; later steps first
+            if time.monotonic() >= deadline:
+                break
+            candidate = lines[:i] + lines[i + 1:]
+            if _replay(candidate) == want:
+                lines, changed = candidate, True
+    return lines
 
 
 def campaign(seconds: float, seed: int, examples: int = 20, steps: int = 30,

@@ -384,6 +384,10 @@ def init_qp_outcomes(me: IdModel, w: World, qp_state: int) -> Result:
         if w.cm == "req" and qp_state == 1:
             return [(0, w)]
         return [(EINVAL, w)]
+    if w.state is S.LISTEN and not me.ud:
+        # a connected listener on a device holds an IB CM listen id: ib_cm_init_qp_attr refuses
+        # every state there (seen on 5.10 and 6.1; a datagram listener answers as a bound id)
+        return [(EINVAL, w)]
     return [(0, w)]  # cma_ib_init_qp_attr ignores qp_state
 
 
@@ -1240,6 +1244,7 @@ def run_round(seed: int, examples: int, steps: int, shrink_budget: float = 60.0)
     try:
         test()
     except Exception as e:  # a Disagreement, or hypothesis' complaint after the shrink budget
+        UcmaMachine.first_failure = None  # machines made after this round (replays) start afresh
         if UcmaMachine.smallest is not None:
             _n, report, script = UcmaMachine.smallest
             reduced = reduce_script(script, shrink_budget)

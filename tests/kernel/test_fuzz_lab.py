@@ -42,6 +42,7 @@ def test_bounded_campaign():
 
 def _machine():
     ucma_model.UcmaMachine.version = kernel_version()
+    ucma_model.UcmaMachine.first_failure = None  # no shrink budget running out here
     return ucma_model.UcmaMachine()
 
 
@@ -102,5 +103,27 @@ def test_replay_route_of_an_id_resolved_to_the_any_address_is_enodev():
             m.kernel_agrees()
         assert "ENODEV" in m.script[-1], m.script[-1]
         assert {w.state for w in h.worlds} == {ucma_model.S.ADDR_RESOLVED}, ucma_model._states(h)
+    finally:
+        m.teardown()
+
+
+@pytest.mark.parametrize("ps,qp,answer", [(ucma_model.PS.TCP, ucma_model.QP.RC, "EINVAL"),
+                                          (ucma_model.PS.UDP, ucma_model.QP.UD, "ok")])
+def test_replay_init_qp_attr_of_a_listener_on_a_device(ps, qp, answer):
+    """Found by CI's campaign on 5.10 (seed 713683268; a model bug, the same on 6.1): a
+    connected listener bound to a device holds an IB CM listen id, and ib_cm_init_qp_attr
+    refuses every QP state there; a datagram listener answers as a bound id does."""
+    m = _machine()
+    try:
+        d = _Data()
+        m.create_id(_Data(0), ps, qp)
+        h = m.ids[0]
+        for step in (lambda: m.bind(d, "local", None, False),
+                     lambda: m.listen(d, 1),
+                     lambda: m.init_qp_attr(d, 1, 144)):
+            m._forced = (0, h.handle, h)
+            step()
+            m.kernel_agrees()
+        assert m.script[-1].endswith("-> %s" % answer), m.script[-1]
     finally:
         m.teardown()

@@ -14,6 +14,10 @@ import time
 
 import pytest
 
+#: where the multihomed topology boots: the kernels its tests run on (test_precheck_lab,
+#: test_cli_strict_lab, the parity rows)
+MULTIHOMED_SUITES = ("bullseye", "bookworm", "sid")
+
 RDMA_CM = "/dev/infiniband/rdma_cm"
 # struct rdma_ucm_cmd_hdr { __u32 cmd; __u16 in; __u16 out; }
 CMD_HDR = struct.Struct("<IHH")
@@ -111,7 +115,7 @@ def test_both_ends_of_the_pair_have_rxe0():
     assert [(l["ifname"], l.get("netdev")) for l in links] == [("rxe0", "eth0")]
 
 
-@pytest.mark.kernel(topology="multihomed")
+@pytest.mark.kernel(topology="multihomed", suites=MULTIHOMED_SUITES)
 def test_topology_json_matches_rdma_link():
     netdevs = lab_topology()["netdevs"]
     links = {l["ifname"]: l for l in run_json("rdma", "-j", "link", "show")}
@@ -128,7 +132,7 @@ def test_topology_json_matches_rdma_link():
             assert {l["ifname"]: l.get("netdev") for l in inner}[dev["rxe"]] == name
 
 
-@pytest.mark.kernel(topology="multihomed")
+@pytest.mark.kernel(topology="multihomed", suites=MULTIHOMED_SUITES)
 def test_topology_json_matches_the_addresses():
     netdevs = lab_topology()["netdevs"]
     addresses = {

@@ -7,9 +7,10 @@ pointers and ids by structure, librdmacm's start-up probe excluded, queries pyrd
 defers compared as a set), and the programs' reports (return values, errnos, events
 and statuses, addresses, ports, device, port, pkey, GIDs, number of path records).
 
-The rows run on the lab's oldest and newest kernels (bullseye's 5.10 and sid's): what is
-compared is two userlands' bytes and what the kernel answered each, and the answers that
-change between kernels change at the ends of that range (``PARITY_SUITES``).
+The rows run on the lab's oldest kernel (bullseye's 5.10, ``PARITY_SUITES``): what is
+compared is two userlands' bytes and what the kernel answered each, and what every kernel
+answers is the behavioural tiers' matter, which run on all of them (CI's time allows the
+rows once).
 
 ``expect`` pins the row's main outcome on the real kernel as well, so two libraries
 that failed the same way would still fail the row.  Where librdmacm is wrong or
@@ -40,8 +41,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-#: the kernels the rows run on: the oldest and the newest of the lab
-PARITY_SUITES = ("bullseye", "sid")
+#: the kernels the rows run on: the oldest of the lab
+PARITY_SUITES = ("bullseye",)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import parity  # noqa: E402

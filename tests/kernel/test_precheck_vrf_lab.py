@@ -24,7 +24,7 @@ from test_precheck_lab import _kernel as _kernel_of_lab
 from pyrdmacm.errors import PrecheckError
 from pyrdmacm.precheck import explain, predict
 
-pytestmark = pytest.mark.kernel(topology="multihomed")
+pytestmark = pytest.mark.kernel(topology="multihomed", suites=("bullseye", "sid"))  # as test_precheck_lab
 
 PEER_NS = "vrfpeer"
 

@@ -436,6 +436,10 @@ def cmd_resolve(args: argparse.Namespace) -> int:
             return stop
         pred = result.get("_prediction")
     result.pop("_prediction", None)
+    if args.neighbour_first:
+        result["neighbour_first"] = _neighbour_first(pred, timeout_ms)
+        if not args.json:
+            print(_neighbour_first_line(result["neighbour_first"]))
 
     try:
         ch = _channel.EventChannel()
@@ -536,13 +540,34 @@ def _event_exit(event: str, status: int) -> int:
     return EXIT_NODEV if event == "ADDR_ERROR" and status == -errno.ENODEV else EXIT_EVENT
 
 
+def _neighbour_first(pred: Any, timeout_ms: int) -> Dict[str, Any]:
+    """--neighbour-first: the next hop resolved (ARP/ND) before RESOLVE_ADDR, when it needs it."""
+    if pred is None:
+        return {"done": False, "why": "the pre-check names the next hop, and it did not run"}
+    if pred.next_hop is None or not pred.needs_neighbour_resolution:
+        return {"done": False, "next_hop": _ip_text(pred.next_hop) if pred.next_hop is not None else None,
+                "why": "no next hop needs resolving (%s)" % (
+                    "its entry is %s" % pred.neighbour.name if pred.neighbour is not None else "none on the path")}
+    from . import precheck
+
+    state, ms = precheck.solicit_neighbour(pred, timeout_ms / 1000)
+    return {"done": True, "next_hop": _ip_text(pred.next_hop), "state": state.name if state is not None else None,
+            "ms": round(ms, 1)}
+
+
+def _neighbour_first_line(nf: Dict[str, Any]) -> str:
+    if not nf["done"]:
+        return "neighbour first: not needed: %s" % nf["why"]
+    return "neighbour first: %s is %s after %.1f ms" % (nf["next_hop"], nf["state"], nf["ms"])
+
+
 def _at_timeout_note(took: float, timeout_ms: int, pred: Any) -> str:
     hop = " of %s" % pred.next_hop if pred is not None and pred.next_hop is not None else ""
     return ("ADDR_RESOLVED came at the timeout (%.0f ms of %d ms): the neighbour%s (ARP/ND) was not resolved "
             "when the kernel first looked, and the kernel looks again when the timeout runs out (addr.c retries "
             "a pending resolution at its deadline, unless a neighbour update wakes it first); the answer was "
-            "there by then. While the neighbour stays REACHABLE, a resolve answers at once"
-            % (took, timeout_ms, hop))
+            "there by then. While the neighbour stays REACHABLE, a resolve answers at once; --neighbour-first "
+            "resolves it before the kernel is asked" % (took, timeout_ms, hop))
 
 
 def _resolve_route(ch: Any, cm: Any, dst: Any, timeout_ms: int, progress: bool, result: Dict[str, Any]) -> int:
@@ -1496,6 +1521,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="JSON output for scripts")
     r.add_argument("--strict", action="store_true", help="pre-check warnings become errors (nothing is sent)")
     r.add_argument("--no-precheck", action="store_true", help="ask the kernel only")
+    r.add_argument("--neighbour-first", action="store_true",
+                   help="resolve the next hop (ARP/ND) before asking the kernel, when the pre-check says it "
+                        "needs it: a cold resolve then need not wait for its timeout")
     r.add_argument("--progress", action="store_true",
                    help="show a progress line on stderr during long waits even when it is not a terminal")
     _numeric_flag(r)

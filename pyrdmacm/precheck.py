@@ -991,3 +991,40 @@ def explain(prediction: Prediction, kernel_result: Any) -> List[str]:
     if pick is None and (k_name is not None or k_gid is not None):
         out.append("device: predicted none, the kernel chose %s" % (k_name or k_gid))
     return out
+
+
+#: how often solicit_neighbour looks at the neighbour's state (seconds)
+_NEIGHBOUR_POLL = 0.002
+
+
+def solicit_neighbour(prediction: Prediction, timeout: float, network: Any = None) -> Tuple[Optional["NudState"], float]:
+    """Have the kernel resolve the prediction's next hop (ARP/ND) before RESOLVE_ADDR asks:
+    one empty UDP datagram to the destination's discard port (9) makes the kernel solicit
+    the next hop; then its state is read until it is valid, FAILED, or ``timeout`` seconds
+    have passed.  Returns (the last state seen, milliseconds taken).
+
+    Why: a cold resolve's RESOLVE_ADDR often waits to its timeout, because the neighbour's
+    answer can come before the request is queued, and the queued request then retries only at
+    its deadline (addr.c).  A neighbour already valid is used at once."""
+    import socket
+    import time
+
+    if network is None:
+        from . import netlink as network
+    hop, ifindex = prediction.next_hop, prediction.route_ifindex or prediction.ifindex
+    if hop is None or ifindex is None:
+        return prediction.neighbour, 0.0
+    start = time.monotonic()
+    family = socket.AF_INET if prediction.dst.version == 4 else socket.AF_INET6
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        try:
+            if prediction.src is not None:
+                s.bind((str(prediction.src), 0))
+            s.sendto(b"", (str(prediction.dst), 9))
+        except OSError:
+            pass  # the state read below says what became of the neighbour
+    state = network.neighbour(ifindex, hop)
+    while not state.valid and state != state.FAILED and time.monotonic() - start < timeout:
+        time.sleep(_NEIGHBOUR_POLL)
+        state = network.neighbour(ifindex, hop)
+    return state, (time.monotonic() - start) * 1000

@@ -96,3 +96,19 @@ def test_route_is_complete_where_rdma_is_and_takes_every_form():
     code, out, _ = pyrdmacm("route", "localhost", "--json")  # a name: getaddrinfo's first answer
     j = json.loads(out)
     assert code == 0 and j["names"][0].startswith("localhost is ") and j["prediction"]["device"] == "rxe0"
+
+
+def test_resolve_neighbour_first_answers_a_cold_resolve_at_once():
+    """With the gateway's entry flushed, --neighbour-first solicits it (the pre-check names
+    it as the next hop) and RESOLVE_ADDR then answers in milliseconds, not at its timeout."""
+    subprocess.run(["ip", "neigh", "flush", "dev", "eth0"], check=True)
+    code, out, err = pyrdmacm("resolve", "10.0.2.2", "--timeout", "3000", "--neighbour-first", "--json")
+    assert code == 0, err
+    j = json.loads(out)
+    nf, k = j["neighbour_first"], j["kernel"]
+    assert nf["done"] is True and nf["next_hop"] == "10.0.2.2", nf
+    assert nf["state"] in ("REACHABLE", "STALE", "DELAY"), nf
+    assert k["event"] == "ADDR_RESOLVED" and k["ms"] < 1000 and k["at_timeout"] is False, k
+    # the entry is valid now: a second run has nothing to solicit
+    code, out, err = pyrdmacm("resolve", "10.0.2.2", "--neighbour-first", "--json")
+    assert code == 0 and json.loads(out)["neighbour_first"]["done"] is False, out

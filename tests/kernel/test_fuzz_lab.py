@@ -40,6 +40,13 @@ def test_bounded_campaign():
     assert stats["commands"] > EXAMPLES * 3, "the campaign ran almost nothing: %s" % stats
 
 
+def _step(m, h, step):
+    """One step of a replay on id ``h`` of channel 0, then the kernel checked against the model."""
+    m._forced = (0, h.handle, h)
+    step()
+    m.kernel_agrees()
+
+
 def _machine():
     ucma_model.UcmaMachine.version = kernel_version()
     ucma_model.UcmaMachine.first_failure = None  # no shrink budget running out here
@@ -77,9 +84,7 @@ def test_replay_a_connect_refused_then_the_answers_of_a_failed_id():
                      lambda: m.reject(d, 0, 0),
                      lambda: m.disconnect(d),
                      lambda: m.init_qp_attr(d, 1, 144)):
-            m._forced = (0, h.handle, h)
-            step()
-            m.kernel_agrees()
+            _step(m, h, step)
         assert {w.state for w in h.worlds} == {ucma_model.S.FAILED}, ucma_model._states(h)
     finally:
         m.teardown()
@@ -98,9 +103,7 @@ def test_replay_route_of_an_id_resolved_to_the_any_address_is_enodev():
                      lambda: m.get_event(d, 336, 1.0, ch=0),
                      lambda: m.resolve_route(d, 1000),
                      lambda: m.resolve_route(d, 1000)):
-            m._forced = (0, h.handle, h)
-            step()
-            m.kernel_agrees()
+            _step(m, h, step)
         assert "ENODEV" in m.script[-1], m.script[-1]
         assert {w.state for w in h.worlds} == {ucma_model.S.ADDR_RESOLVED}, ucma_model._states(h)
     finally:
@@ -121,9 +124,7 @@ def test_replay_init_qp_attr_of_a_listener_on_a_device(ps, qp, answer):
         for step in (lambda: m.bind(d, "local", None, False),
                      lambda: m.listen(d, 1),
                      lambda: m.init_qp_attr(d, 1, 144)):
-            m._forced = (0, h.handle, h)
-            step()
-            m.kernel_agrees()
+            _step(m, h, step)
         assert m.script[-1].endswith("-> %s" % answer), m.script[-1]
     finally:
         m.teardown()

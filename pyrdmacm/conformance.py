@@ -30,7 +30,6 @@ import fcntl
 import os
 import platform
 import re
-import select
 import socket
 import struct
 import threading
@@ -40,10 +39,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 from . import abi
 from ._codec import CODECS
-from ._device import KernelDevice, ReplyBuffer
+from ._device import KernelDevice, Poller, ReplyBuffer
 from .addr import AF_IB, Address, parse_address
 from .devices import list_devices, rdma_netdevs
 from .errors import errno_name
+from .events import decode_event_head
 
 __all__ = ["Result", "CASES", "run", "kernel_version", "find_local_ipv4", "KernelBug", "KNOWN_BUGS", "known_bug"]
 
@@ -600,7 +600,6 @@ def _reg_migrate(ctx: Context) -> Tuple[int, str]:
 # a case checks what follows on the wire rather than an errno, it expects a text: the errno
 # and the peer's event, "REJECTED 28" ...
 
-_EVENT = CODECS["rdma_ucm_event_resp"]
 _E = abi.CmEventType
 _ports = iter(range(30000 + os.getpid() % 500 * 40, 65000))
 #: QP numbers for the connections (no two alike while one is alive or in timewait: the IB CM
@@ -619,15 +618,15 @@ class _Fd(Raw):
 
     def events(self, timeout: float = 3.0, until: Optional[int] = None) -> List[Dict[str, Any]]:
         """The events queued within ``timeout`` seconds (or until one of type ``until``), decoded:
-        event, status, id (the handle), uid, param (bytes)."""
+        event, status (signed), id (the handle), uid."""
         out: List[Dict[str, Any]] = []
         deadline = time.monotonic() + timeout
-        p = select_poll(self.dev.fileno())
+        poller = Poller(self.dev.fileno(), -1)
         while True:
             err = self.get_event()
             if err == 0:
-                ev = _EVENT.unpack_dict(bytes(self.reply.view[:_EVENT.size]))
-                ev["status"] = struct.unpack("<i", struct.pack("<I", ev["status"]))[0]
+                uid, handle, kind, status, _param, _ece = decode_event_head(self.reply.view)
+                ev = {"uid": uid, "id": handle, "event": int(kind), "status": status}
                 out.append(ev)
                 if until is not None and ev["event"] == until:
                     return out
@@ -637,7 +636,7 @@ class _Fd(Raw):
             left = deadline - time.monotonic()
             if left <= 0:
                 return out
-            p.poll(int(left * 1000) + 1)
+            poller.wait(int(left * 1000) + 1)
 
     def wait(self, event: int, timeout: float = 3.0) -> Dict[str, Any]:
         """The next event of type ``event`` (others before it are dropped), or OSError."""
@@ -647,12 +646,6 @@ class _Fd(Raw):
                     raise OSError(errno.EIO, "%s with status %d" % (_E(event).name, ev["status"]))
                 return ev
         raise OSError(errno.ETIMEDOUT, "no %s within %.0f s" % (_E(event).name, timeout))
-
-
-def select_poll(fd: int) -> "select.poll":
-    p = select.poll()
-    p.register(fd, select.POLLIN)
-    return p
 
 
 def _conn(handle: int, private_data: bytes = b"", valid: int = 1, qp_num: Optional[int] = None,
@@ -720,10 +713,6 @@ def _on_fd(fn: Callable[[_Fd, Context], _CaseResult]) -> Callable[[Context], _Ca
     return run_it
 
 
-def _fresh(fd: _Fd, ps: int = abi.PortSpace.TCP) -> int:
-    return fd.create(ps)
-
-
 def _connect_on(fd: _Fd, h: int, **kw: Any) -> int:
     return fd.cmd(C.CONNECT, "rdma_ucm_connect", _conn(h, **kw))
 
@@ -731,7 +720,7 @@ def _connect_on(fd: _Fd, h: int, **kw: Any) -> int:
 @case("connect_unbound", "CONNECT on a fresh id (no device: ucma_get_ctx_dev)", errno.EINVAL)
 @_on_fd
 def _connect_unbound(fd: _Fd, ctx: Context) -> int:
-    return _connect_on(fd, _fresh(fd))
+    return _connect_on(fd, fd.create())
 
 
 @case("connect_valid_zero", "CONNECT with conn_param.valid = 0 (ucma_connect: no parameters)", errno.EINVAL,
@@ -785,7 +774,7 @@ def _connect_pd56(fd: _Fd, ctx: Context) -> int:
 @case("accept_fresh_id", "ACCEPT on a fresh id, no connection request's (no device)", errno.EINVAL)
 @_on_fd
 def _accept_fresh(fd: _Fd, ctx: Context) -> int:
-    return fd.cmd(C.ACCEPT, "rdma_ucm_accept", _conn(_fresh(fd), uid=7))
+    return fd.cmd(C.ACCEPT, "rdma_ucm_accept", _conn(fd.create(), uid=7))
 
 
 @case("accept_private_data_197", "ACCEPT with 197 bytes of private data (a REP carries 196): refused, and "
@@ -827,7 +816,7 @@ def _reject_5(fd: _Fd, ctx: Context) -> int:
 @case("reject_unbound", "REJECT on a fresh id (no device)", errno.EINVAL)
 @_on_fd
 def _reject_unbound(fd: _Fd, ctx: Context) -> int:
-    return fd.cmd(C.REJECT, "rdma_ucm_reject", {"id": _fresh(fd)})
+    return fd.cmd(C.REJECT, "rdma_ucm_reject", {"id": fd.create()})
 
 
 @case("reject_data_149", "REJECT with 149 bytes of private data (a REJ carries 148)", errno.EINVAL,
@@ -852,7 +841,7 @@ def _reject_148(fd: _Fd, ctx: Context) -> str:
 @case("disconnect_unbound", "DISCONNECT on a fresh id (no device)", errno.EINVAL)
 @_on_fd
 def _disc_unbound(fd: _Fd, ctx: Context) -> int:
-    return fd.cmd(C.DISCONNECT, "rdma_ucm_disconnect", {"id": _fresh(fd)})
+    return fd.cmd(C.DISCONNECT, "rdma_ucm_disconnect", {"id": fd.create()})
 
 
 @case("disconnect_never_connected", "DISCONNECT on a resolved id that never connected (no IB CM id)",
@@ -865,7 +854,7 @@ def _disc_never(fd: _Fd, ctx: Context) -> int:
 @case("notify_unbound", "NOTIFY COMM_EST on a fresh id (no device)", errno.EINVAL)
 @_on_fd
 def _notify_unbound(fd: _Fd, ctx: Context) -> int:
-    return fd.cmd(C.NOTIFY, "rdma_ucm_notify", {"id": _fresh(fd), "event": abi.NotifyEvent.COMM_EST})
+    return fd.cmd(C.NOTIFY, "rdma_ucm_notify", {"id": fd.create(), "event": abi.NotifyEvent.COMM_EST})
 
 
 @case("notify_no_connection", "NOTIFY COMM_EST on a resolved id with no connection (no IB CM id)",
@@ -879,7 +868,7 @@ def _notify_nocm(fd: _Fd, ctx: Context) -> int:
 @_on_fd
 def _qpattr_unbound(fd: _Fd, ctx: Context) -> int:
     return fd.cmd(C.INIT_QP_ATTR, "rdma_ucm_init_qp_attr",
-                  {"response": fd.reply.address, "id": _fresh(fd), "qp_state": abi.QpState.INIT}, out=144)
+                  {"response": fd.reply.address, "id": fd.create(), "qp_state": abi.QpState.INIT}, out=144)
 
 
 @case("init_qp_attr_state_7", "INIT_QP_ATTR for qp_state 7, beyond IB_QPS_ERR", errno.EINVAL, needs_local=True)

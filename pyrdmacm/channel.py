@@ -192,16 +192,11 @@ class EventChannel:
     def submit(self, data: bytes, command: str = "command", **ctx: Any) -> None:
         """Write one command; a refusal raises :class:`KernelError` with the real errno and
         ``ctx`` (the addresses involved: ``src=``, ``dst=``)."""
-        self._submit(data, command, ctx, None)
-
-    def _submit(self, data: bytes, command: str, ctx: Dict[str, Any], cm_id: Optional[CmId]) -> None:
-        """submit() for an id's call: with no ``ctx``, the refusal names the id's peer (found
-        only then).  The one place of the refusal and short-write rules outside the hot paths."""
         try:
             fd = self._fd
             n = _device.device_write(fd, data) if fd >= 0 else self._write(data)
         except OSError as e:
-            raise self._refused(e, command, ctx or ({"dst": cm_id._peer()} if cm_id is not None else {})) from None
+            raise self._refused(e, command, ctx) from None
         if n != len(data):
             raise self._short(n, data, command)
 

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Ty
 
 from . import _hot, abi, wire
 from ._codec import CODECS
-from ._device import ReplyBuffer
+from ._device import ReplyBuffer, device_write
 from .addr import AF_IB, Address, AddressLike, parse_address
 from .errors import EventError, KernelError, StateError, UsageError
 from .events import Event
@@ -71,6 +71,8 @@ _CMD = wire.COMMAND
 _R = TypeVar("_R")
 #: the rules of nearly every id (PortSpace.TCP, an RC QP)
 _TCP_RC = rules_for(_PS_TCP, _QP_RC)
+#: pyrdmacm.channel.EventChannel once an id was made (channel imports this module)
+_EventChannel: Any = None
 
 
 class SourceIgnoredWarning(UserWarning):
@@ -187,21 +189,31 @@ class CmId:
         # Only what every id needs is set here: ``sync`` and ``context`` read as False and
         # None unless set; ``_cache`` (the query answers, see query_addr) and ``_dst`` are
         # set on first use.  The port space, QP type and kind are the id's Rules (shared).
-        from .channel import EventChannel
-
         rules = _TCP_RC if ps is _PS_TCP and qp_type is None else rules_for(*port_space(ps, qp_type))
-        if channel is None:
-            channel = EventChannel()
-            self._sync = True
-            channel._wait_first = True
-            channel._fast = 0
-        elif channel.__class__ is not EventChannel and not isinstance(channel, EventChannel):
-            raise UsageError("channel must be an EventChannel or None, got %r" % (channel,))
+        if channel.__class__ is not _EventChannel:
+            channel = self._own_channel(channel)
+        assert channel is not None  # for the type checker: _own_channel returns one
         if channel._live != _hot.PID:
             channel._check()
         if context is not None:
             self._context = context
         _hot.create(self, channel, rules)
+
+    def _own_channel(self, channel: Optional["EventChannel"]) -> "EventChannel":
+        """The channel of an id made with ``channel`` other than an EventChannel itself: a
+        private one for None (sync mode), a subclass's as given, else UsageError."""
+        global _EventChannel
+        from .channel import EventChannel
+
+        _EventChannel = EventChannel  # the constructor's check, a global read from now on
+        if channel is None:
+            channel = EventChannel()
+            self._sync = True
+            channel._wait_first = True
+            channel._fast = 0
+        elif not isinstance(channel, EventChannel):
+            raise UsageError("channel must be an EventChannel or None, got %r" % (channel,))
+        return channel
 
     # -- what most ids share, stored only where it differs
     @property
@@ -269,12 +281,19 @@ class CmId:
             ch._check()
         self._state = new
         self._cache = None
-        try:
-            ch._submit(data, command, ctx, self)
+        try:  # as the channel's submit(), the refusal naming the id's peer (found only then)
+            fd = ch._fd
+            n = device_write(fd, data) if fd >= 0 else ch._write(data)
+        except OSError as e:
+            if self._state is new:
+                self._state = old
+            raise ch._refused(e, command, ctx or {"dst": self._peer()}) from None
         except BaseException:
             if self._state is new:
                 self._state = old
             raise
+        if n != len(data):
+            raise ch._short(n, data, command)
         return new
 
     def _complete(self, call: Call, command: str, membership: "Optional[Membership]" = None,
@@ -450,9 +469,10 @@ class CmId:
         UNREACHABLE.  In sync mode this waits, sends the RTU itself, and returns the event
         (REJECTED ... raise :class:`EventError`).
         """
-        ud = self.kind is Kind.DATAGRAM
-        p, qp_num = self._conn_param(param, private_data, fields, "SIDR_REQ" if ud else "REQ")
-        cmd = _CMD["CONNECT"].encode(*wire.conn_fields(p, qp_num), self.handle, 0, *p.ece)
+        p, qp_num = self._conn_param(param, private_data, fields,
+                                     "SIDR_REQ" if self._rules.kind is Kind.DATAGRAM else "REQ")
+        cmd = (_CONNECT_DEFAULT(qp_num, self.handle) if p is _DEFAULT_PARAM
+               else _CONNECT.encode(*wire.conn_fields(p, qp_num), self.handle, 0, *p.ece))
         self._qpn = qp_num
         self._call(Call.CONNECT, cmd, "CONNECT")
         if self.channel._wait_first and self.sync:  # a sync id's channel is its own
@@ -591,7 +611,7 @@ class CmId:
         peer's DREQ came (the DISCONNECTED event; the channel answers it itself unless
         ``channel.answer_disconnect`` is False).  TIMEWAIT_EXIT follows a few seconds later
         (while the id exists)."""
-        self._call(Call.DISCONNECT, _CMD["DISCONNECT"].encode(self.handle), "DISCONNECT")
+        self._call(Call.DISCONNECT, _DISCONNECT(_H_DISCONNECT, self.handle), "DISCONNECT")
 
     # -- multicast
     def join_multicast(self, addr: AddressLike, *, send_only: bool = False, context: Any = None) -> "Membership":
@@ -1012,19 +1032,16 @@ _OPTIONS: Dict[Tuple[type, Any], Tuple[Call, abi.OptionLevel, Callable[[Any], by
 
 _CONN_FIELDS = tuple(f.name for f in dataclasses.fields(ConnParam))
 _ACCEPT = _CMD["ACCEPT"]
-#: establish(): ACCEPT with nothing but the id (uid 0, parameters invalid), as librdmacm sends it
-def _establish_packer() -> Callable[[int], bytes]:
-    """ACCEPT's bytes for one handle: every other field is zero, so they are packed once and
-    the handle goes in at its offset (``encode_dict`` per call costs milliseconds under
-    emulation; tests/test_conn_fake.py checks both give the same bytes)."""
-    template = _ACCEPT.encode_dict({"id": 0})
-    at = len(_ACCEPT.header) + _ACCEPT.body.offset("id")
-    head, tail = template[:at], template[at + 4:]
-    u32 = struct.Struct("<I").pack
-    return lambda handle: head + u32(handle) + tail
-
-
-_ESTABLISH = _establish_packer()
+#: establish(): ACCEPT with nothing but the id (uid 0, parameters invalid), as librdmacm sends it;
+#: every other field is zero, packed once (``encode_dict`` per call costs milliseconds under emulation)
+_ESTABLISH = _ACCEPT.packer({}, ("id",))
+_CONNECT = _CMD["CONNECT"]
+#: CONNECT with the default parameters (``connect()``, ``connect(qp_num=N)``): the QP number and
+#: the id vary, the rest is :data:`_DEFAULT_PARAM`'s, packed once
+_CONNECT_DEFAULT = _CONNECT.packer(
+    dict(zip(_CONNECT.fields, wire.conn_fields(_DEFAULT_PARAM, 0) + (0, 0) + _DEFAULT_PARAM.ece)),
+    ("conn_param.qp_num", "id"))
+_DISCONNECT, _H_DISCONNECT = _CMD["DISCONNECT"].pack, _CMD["DISCONNECT"].header
 _WRITE_EVENT_PARAM = CODECS["rdma_ucm_write_cm_event"].size - CODECS["rdma_ucm_write_cm_event"].offset("param")
 
 
@@ -1086,8 +1103,6 @@ def request_id(channel: "EventChannel", handle: int, listener: CmId) -> CmId:
 def create_reference(cm_id: CmId, channel: "EventChannel", ps: int, qp: int) -> CmId:
     """The reference path of CREATE_ID (:func:`pyrdmacm._hot.create` is the one used): the
     command from :mod:`pyrdmacm.wire`, written with the channel's ``submit``."""
-    from ._device import ReplyBuffer
-
     cm_id.channel = channel
     cm_id._rules = rules_for(abi.PortSpace(ps), abi.QpType(qp))
     cm_id._state = _IDLE
@@ -1102,8 +1117,6 @@ def create_reference(cm_id: CmId, channel: "EventChannel", ps: int, qp: int) -> 
 
 def destroy_reference(cm_id: CmId) -> int:
     """The reference path of DESTROY_ID (:func:`pyrdmacm._hot.destroy` is the one used)."""
-    from ._device import ReplyBuffer
-
     if cm_id._state is _DESTROYED:
         raise StateError("destroy: id uid %d is already destroyed" % cm_id.uid)
     ch = cm_id.channel

@@ -131,6 +131,33 @@ class Command:
         assert taken == self.body.offsets[n], "padding inside the head of %s" % self.name
         return head.pack, taken
 
+    def packer(self, values: Dict[str, Any], varying: Tuple[str, ...]) -> "Callable[..., bytes]":
+        """A packer of header + body for commands that differ only in the ``varying`` fields
+        (one or two scalar fields, given to the packer in that order): every other field is
+        ``values`` (zero if not named), packed once; each call is one ``struct.pack`` of the
+        constant bytes around the varying fields.  ``encode_dict`` gives the same bytes
+        (tests/test_conn_fake.py checks it for the packers the library keeps)."""
+        assert not self._be and 1 <= len(varying) <= 2
+        template = self.encode_dict({**values, **dict.fromkeys(varying, 0)})
+        items = _format_items(self.body.format)
+        at = sorted((len(self.header) + self.body.offset(f), items[self.fields.index(f)], f) for f in varying)
+        fmt, pieces, end = "<", [], 0
+        for start, item, _ in at:
+            assert item[-1] in "BHILQbhilq" and not item[:-1], "%s: %s is not a scalar" % (self.name, item)
+            pieces.append(template[end:start])
+            fmt += "%ds%s" % (start - end, item)
+            end = start + struct.calcsize("<" + item)
+        pieces.append(template[end:])
+        fmt += "%ds" % (len(template) - end)
+        pack = struct.Struct(fmt).pack
+        p0, p1 = pieces[0], pieces[1]
+        if len(at) == 1:
+            return lambda a: pack(p0, a, p1)
+        p2 = pieces[2]
+        if [f for _, _, f in at] == list(varying):
+            return lambda a, b: pack(p0, a, p1, b, p2)
+        return lambda a, b: pack(p0, b, p1, a, p2)
+
     def encode_dict(self, values: Dict[str, Any]) -> bytes:
         """Header + body from ``{field: value}``; fields not given are zero."""
         return self.header + self.body.pack_dict(values)

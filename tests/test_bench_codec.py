@@ -45,11 +45,11 @@ def test_echo_transport_answers_what_pyrdmacm_sends(bench_codec):
 
 
 def test_direct_runs_the_direct_write_path_and_every_phase(bench_codec, monkeypatch):
-    from pyrdmacm import _device, _hot
+    from pyrdmacm import _device, _hot, cmid
 
     writes = []
     real = _hot.device_write
-    for module in (_hot, _device):  # the hot paths, and the channel's submit (the first resolve_addr)
+    for module in (_hot, _device, cmid):  # the hot paths, the channel's submit, an id's call (the first resolve_addr)
         monkeypatch.setattr(module, "device_write", lambda fd, data: writes.append(data[0]) or real(fd, data))
     res = bench_codec.direct(30, runs=1)
     assert set(res) == {"bare", "pyrdmacm"}

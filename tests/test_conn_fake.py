@@ -28,3 +28,26 @@ def test_establish_writes_what_encode_dict_makes():
 
     for handle in (0, 1, 0x12345678, 0xFFFFFFFF):
         assert cmid._ESTABLISH(handle) == wire.COMMAND["ACCEPT"].encode_dict({"id": handle})
+
+
+def test_connect_with_default_parameters_writes_what_the_encoder_makes():
+    """connect() / connect(qp_num=N) pack CONNECT from a template of the default parameters:
+    the same bytes as the general encoder of those parameters."""
+    from pyrdmacm import cmid, wire
+
+    c = wire.COMMAND["CONNECT"]
+    p = cmid._DEFAULT_PARAM
+    for qpn, handle in ((0x100000, 0), (0xFFFFFE, 1), (0x123456, 0xFFFFFFFF)):
+        assert cmid._CONNECT_DEFAULT(qpn, handle) == c.encode(*wire.conn_fields(p, qpn), handle, 0, *p.ece)
+
+
+def test_packer_puts_the_varying_fields_in_the_order_given():
+    """Command.packer with two fields named against their order in the struct still takes them
+    in the order named; every other field is the value given, or zero."""
+    from pyrdmacm import wire
+
+    c = wire.COMMAND["CONNECT"]
+    pack = c.packer({"conn_param.retry_count": 3}, ("id", "conn_param.qp_num"))
+    assert pack(7, 0x4242) == c.encode_dict({"conn_param.retry_count": 3, "id": 7, "conn_param.qp_num": 0x4242})
+    one = wire.COMMAND["DISCONNECT"].packer({}, ("id",))
+    assert one(9) == wire.COMMAND["DISCONNECT"].encode(9)

@@ -381,6 +381,10 @@ def floor_kit(dst):
     return SimpleNamespace(
         h_create=header(cmd.CREATE_ID), h_destroy=header(cmd.DESTROY_ID),
         h_resolve_addr=header(cmd.RESOLVE_ADDR), h_resolve_route=header(cmd.RESOLVE_ROUTE),
+        h_connect=header(cmd.CONNECT), h_accept=header(cmd.ACCEPT), h_disconnect=header(cmd.DISCONNECT),
+        connect=struct.Struct(CODECS["rdma_ucm_connect"].format),
+        accept=struct.Struct(CODECS["rdma_ucm_accept"].format),
+        disconnect=struct.Struct(CODECS["rdma_ucm_disconnect"].format),
         create=struct.Struct(CODECS["rdma_ucm_create_id"].format),
         destroy=struct.Struct(CODECS["rdma_ucm_destroy_id"].format),
         resolve=struct.Struct(CODECS["rdma_ucm_resolve_addr"].format),

@@ -77,7 +77,7 @@ CONN_PORT = 7098  # not the benchmark's default, which a listener of a manual ru
 
 @pytest.mark.kernel(topology="pair", suites=("bookworm",))
 def test_bench_connection_phase_completes_every_connection(peer, tmp_path):
-    """--connections on the pair, tiny (N=5, one round, both modes, both implementations)
+    """--connections on the pair, tiny (N=5, one round, both modes, C, pyrdmacm and the floor)
     against the listener on the peer: the JSON has its shape, every connection was
     established and completed, and the listener saw each one accepted, established (the
     RTU came) and disconnected.  Nothing about speed."""
@@ -91,30 +91,32 @@ def test_bench_connection_phase_completes_every_connection(peer, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
-    assert result["phase"] == "connections" and result["impls"] == ["c", "pyrdmacm"]
+    assert result["phase"] == "connections" and result["impls"] == ["c", "pyrdmacm", "floor"]
     assert result["modes"] == ["serial", "pipelined"] and result["ns"] == [CONN_N] and result["runs"] == 1
     assert result["listener"]["tries"] >= 1
-    assert len(result["raw"]) == 4
+    assert len(result["raw"]) == 6
     for row in result["raw"]:
         assert (row["n"], row["established"], row["completed"], row["failures"]) == (CONN_N, CONN_N, CONN_N, 0), row
         assert row["total"] > 0
     res = result["connections"][str(CONN_N)]
     for mode in ("serial", "pipelined"):
         r = res[mode]
-        assert r["attempted"] == r["established"] == r["completed"] == {"c": CONN_N, "pyrdmacm": CONN_N}, r
-        assert r["failures"] == {"c": 0, "pyrdmacm": 0}
+        every = {"c": CONN_N, "pyrdmacm": CONN_N, "floor": CONN_N}
+        assert r["attempted"] == r["established"] == r["completed"] == every, r
+        assert r["failures"] == {"c": 0, "pyrdmacm": 0, "floor": 0}
         assert r["ratio"] == pytest.approx(r["ms_per_conn"]["pyrdmacm"] / r["ms_per_conn"]["c"])
-        for impl in ("c", "pyrdmacm"):
+        assert r["floor_ratio"] == pytest.approx(r["ms_per_conn"]["pyrdmacm"] / r["ms_per_conn"]["floor"])
+        for impl in ("c", "pyrdmacm", "floor"):
             assert r["conn_per_s"][impl] == pytest.approx(1000 / r["ms_per_conn"][impl])
         assert len(r["round_ratios"]) == 1
     assert set(res["serial"]["steps_us"]["pyrdmacm"]) == {"setup", "connect", "establish", "disconnect", "destroy"}
     assert {t["target"].split()[1] for t in result["targets"] if t["target"].startswith("N=")} == {"serial",
                                                                                                   "pipelined"}
-    # the listener's own counts (printed when it is stopped): the probe connection and 4 x N
+    # the listener's own counts (printed when it is stopped): the probe connection and 6 x N
     listener.signal(signal.SIGTERM)
     code, stdout, stderr = listener.wait(20)
     counts = json.loads(stdout.strip().splitlines()[-1])
-    done = 4 * CONN_N + 1
+    done = 6 * CONN_N + 1
     assert (code, counts["established"], counts["disconnected"], counts["refused"]) == (0, done, done, 0), \
         (counts, stderr)
     assert counts["requests"] == counts["accepted"] == done, counts

@@ -333,11 +333,19 @@ def get_event(self: "EventChannel", timeout: Optional[float] = None) -> Optional
         raise self._busy() from None
     try:
         deadline: Any = _UNSET
+        if self._drained and timeout != 0:
+            # the last look found the queue empty: wait first (as librdmacm's blocking read
+            # does), instead of a GET_EVENT that most likely says EAGAIN again
+            deadline = None if timeout is None else _monotonic() + timeout
+            if not self._wait_readable(deadline):
+                return None
+            self._drained = False
         while True:
             try:
                 fd = self._fd
                 n = device_write(fd, self._b_get_event) if fd >= 0 else self._write(self._b_get_event)
             except BlockingIOError:
+                self._drained = True
                 if timeout == 0:
                     return None  # only polling: nothing queued
                 if deadline is _UNSET:
@@ -388,6 +396,10 @@ def get_events(self: "EventChannel", max_events: int = 64, timeout: Optional[flo
             if first is None:
                 return out
             out.append(_acked(first) if ack else first)
+        elif self._drained and timeout != 0:  # the last look found nothing: wait first (see get_event)
+            if not self._wait_readable(None if timeout is None else _monotonic() + timeout):
+                return out
+            self._drained = False
         data, view, ids = self._b_get_event, self._event_view, self._ids
         while len(out) < max_events:
             try:
@@ -395,6 +407,8 @@ def get_events(self: "EventChannel", max_events: int = 64, timeout: Optional[flo
                 if (device_write(fd, data) if fd >= 0 else self._write(data)) <= 0:
                     raise BlockingIOError
             except (OSError, UsageError) as e:
+                if isinstance(e, BlockingIOError):
+                    self._drained = True
                 if out:
                     break  # drained (a fault shows at the next call)
                 if timeout == 0 and isinstance(e, BlockingIOError):

@@ -110,6 +110,8 @@ class EventChannel:
         #: as _live, and 0 on a sync id's channel too: get_event's fast path, in one comparison
         self._fast = self._pid
         self._wait_first = False  # set for the private channel of a sync id
+        #: the last GET_EVENT of get_event's fast path said EAGAIN: its next call waits first
+        self._drained = False
         self._poller: Optional[_device.Poller] = None  # made at the first wait
         self.closed = False
         self._create_replies: List[ReplyBuffer] = [ReplyBuffer(_hot.CREATE_REPLY_SIZE)]

@@ -430,7 +430,7 @@ class Poller:
     """``poll()`` on ``fd`` and the waker's fd ``wake`` (-1: none), registered once: a channel
     keeps one for all its waits (a new ``select.poll`` per wait is three calls more)."""
 
-    __slots__ = ("_fd", "_poll")
+    __slots__ = ("_fd", "_poll", "_readable")
 
     def __init__(self, fd: int, wake: int) -> None:
         p = select.poll()
@@ -438,11 +438,14 @@ class Poller:
         if wake >= 0:
             p.register(wake, select.POLLIN)
         self._fd, self._poll = fd, p.poll
+        self._readable = [(fd, select.POLLIN)]  # poll()'s answer when only the fd is readable
 
     def wait(self, timeout_ms: int) -> str:
         """Wait until the fd is readable (READY), the waker is (WOKEN), ``timeout_ms`` passed
         (TIMEOUT; -1 waits for ever) or the fd is no open file (GONE: POLLNVAL)."""
-        ready = self._poll(min(timeout_ms, POLL_MAX_MS))
+        ready = self._poll(timeout_ms if timeout_ms < POLL_MAX_MS else POLL_MAX_MS)
+        if ready == self._readable:  # the common answer, in one comparison
+            return READY
         state = TIMEOUT
         fd = self._fd
         for rfd, revents in ready:

@@ -44,6 +44,9 @@ from .errors import KernelError, StateError, UsageError
 from .events import EVENT_RESP_SIZE, Event, decode_event_head
 from .state import State, after_event, rules_for
 
+_get_ident = threading.get_ident
+_READY = _device.READY
+
 __all__ = ["EventChannel", "UnackedEventsWarning"]
 
 E = abi.CmEventType
@@ -320,7 +323,7 @@ class EventChannel:
                 if self.closed:
                     raise StateError("the event channel was closed while waiting") from None
                 raise
-        self._reader = threading.get_ident()  # named in the refusal of a second reader
+        self._reader = _get_ident()  # named in the refusal of a second reader
         try:
             while True:
                 if deadline is None:
@@ -341,7 +344,7 @@ class EventChannel:
                     raise
                 if self.closed:
                     raise StateError("the event channel was closed (by another thread) while waiting for an event")
-                if got is _device.READY:
+                if got is _READY:
                     return True
                 if got is _device.GONE:
                     raise _fd_closed_behind()

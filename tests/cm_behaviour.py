@@ -527,7 +527,8 @@ def test_signal_during_a_blocking_wait_is_absorbed(world: World):
         signal.signal(signal.SIGALRM, old)
 
 
-def test_signal_handler_that_raises_ends_the_wait_and_the_channel_survives(world: World):
+@pytest.mark.parametrize("looked_first", [False, True], ids=["first-look", "after-an-empty-look"])
+def test_signal_handler_that_raises_ends_the_wait_and_the_channel_survives(world: World, looked_first):
     import signal
 
     class Interrupted(Exception):
@@ -540,6 +541,8 @@ def test_signal_handler_that_raises_ends_the_wait_and_the_channel_survives(world
     try:
         with world.channel() as ch:
             cm = CmId(ch)
+            if looked_first:
+                assert ch.get_event(0) is None
             signal.setitimer(signal.ITIMER_REAL, 0.1)
             t0 = time.monotonic()
             with pytest.raises(Interrupted):
@@ -555,11 +558,16 @@ def test_signal_handler_that_raises_ends_the_wait_and_the_channel_survives(world
         signal.signal(signal.SIGALRM, old)
 
 
+@pytest.mark.parametrize("looked_first", [False, True], ids=["first-look", "after-an-empty-look"])
 @pytest.mark.parametrize("timeout", [None, 30.0])
-def test_close_wakes_a_thread_waiting_for_events(world: World, timeout):
+def test_close_wakes_a_thread_waiting_for_events(world: World, timeout, looked_first):
+    """Both waits: the first look's EAGAIN then poll(), and the poll() first that follows a
+    look which found the queue empty."""
     ch = world.channel()
     other = world.channel()
     CmId(ch).resolve_addr(world.silent, timeout_ms=20000)  # an id with a pending resolution
+    if looked_first:
+        assert ch.get_event(0) is None
     got: list = []
 
     def waiter():

@@ -278,3 +278,27 @@ def test_default_connect_parameters_are_those_of_an_empty_conn_param():
     for qpn in (2, 0x4321, 0xFFFFFE):
         fast = wire.conn_fields(cmid._DEFAULT_PARAM, qpn)
         assert fast == wire.conn_fields(ConnParam(qp_num=qpn), qpn)
+
+
+@pytest.mark.parametrize("read", ["get_event", "get_events"])
+def test_after_an_empty_look_the_next_read_waits_first(read):
+    """A look that found the queue empty (EAGAIN) makes the next read wait before its
+    GET_EVENT: a timed read that finds nothing writes no GET_EVENT at all, one that gets an
+    event writes exactly one, and a read that found an event goes back to reading first."""
+    kernel = FakeKernel(FakeNet())
+    with EventChannel(kernel) as ch:
+        cm = ch.create_id()
+        reads = lambda: sum(1 for c, *_ in kernel.log if c == C.GET_EVENT)  # noqa: E731
+        call = (lambda t: ch.get_event(t)) if read == "get_event" else (lambda t: (ch.get_events(8, t) or [None])[0])
+        assert call(0) is None and reads() == 1  # EAGAIN: the queue is empty
+        assert call(0.05) is None and reads() == 1  # waited first, timed out: no GET_EVENT
+        assert ch._drained
+        cm.resolve_addr("10.0.0.2", timeout_ms=100)
+        before = reads()
+        ev = call(5)
+        assert ev is not None and ev.event is E.ADDR_RESOLVED
+        assert reads() - before == (1 if read == "get_event" else 2)  # get_events reads on to EAGAIN
+        assert ch._drained is (read == "get_events")  # get_event's next read looks first again
+        cm.resolve_route(100)
+        ev = call(5)
+        assert ev is not None and ev.event is E.ROUTE_RESOLVED

@@ -407,10 +407,10 @@ def get_events(self: "EventChannel", max_events: int = 64, timeout: Optional[flo
                 if (device_write(fd, data) if fd >= 0 else self._write(data)) <= 0:
                     raise BlockingIOError
             except (OSError, UsageError) as e:
+                if out:
+                    break  # drained (a fault shows at the next call): a burst read, not an empty look
                 if isinstance(e, BlockingIOError):
                     self._drained = True
-                if out:
-                    break  # drained (a fault shows at the next call)
                 if timeout == 0 and isinstance(e, BlockingIOError):
                     break  # only polling: nothing queued
                 # wait for the first event (or report the fault)

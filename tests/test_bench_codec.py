@@ -59,3 +59,31 @@ def test_direct_runs_the_direct_write_path_and_every_phase(bench_codec, monkeypa
     # pyrdmacm wrote every command itself on the fd (the lab's path): per id CREATE_ID (0),
     # RESOLVE_ADDR (21), RESOLVE_ROUTE (4), two GET_EVENTs (12), DESTROY_ID (1)
     assert sorted(set(writes)) == [0, 1, 4, 12, 21] and len(writes) == 30 * 6
+
+
+def test_direct_connections_times_every_step_and_writes_what_the_floor_writes(bench_codec, monkeypatch):
+    """--direct-connections: every step timed for both, and pyrdmacm and the hand-written floor
+    write the same commands in the same order (what the table compares)."""
+    from pyrdmacm import _device, _hot, cmid, parse_address
+
+    writes = {"bare": [], "pyrdmacm": []}
+    into = []
+    real = os.write
+    for module in (_hot, _device, cmid):
+        monkeypatch.setattr(module, "device_write", lambda fd, data: into.append(data) or real(fd, data))
+    # the floor writes with os.write (so does the channel's waker at close(): 8 bytes, no command)
+    monkeypatch.setattr(bench_codec.os, "write", lambda fd, data: (len(data) > 8 and into.append(data)) or real(fd, data))
+    dst = parse_address("10.0.0.2:7099")
+    for name, fn in (("bare", bench_codec.direct_connections_bare), ("pyrdmacm", bench_codec.direct_connections_pyrdmacm)):
+        into.clear()
+        t = fn(3, dst)
+        assert len(t) == len(bench_codec.CONN_PHASES) + 1 and t == sorted(t)
+        writes[name] = [data[0] for data in into]
+    # CREATE_ID, RESOLVE_ADDR, GET_EVENT, RESOLVE_ROUTE, GET_EVENT, CONNECT, GET_EVENT, ACCEPT,
+    # DISCONNECT, GET_EVENT, DESTROY_ID: 3 of each
+    assert writes["pyrdmacm"] == writes["bare"], writes
+    assert writes["bare"] == [c for c in (0, 21, 12, 4, 12, 6, 12, 8, 10, 12, 1) for _ in range(3)]
+    res = bench_codec.direct(20, runs=1, connections=True)
+    for phases in res.values():
+        assert set(phases) == set(bench_codec.CONN_PHASES) | {"total"}
+        assert all(v > 0 and math.isfinite(v) for v in phases.values())

@@ -5,6 +5,7 @@ hand-written struct.Struct of the same layout (the floor). Host only, no kernel.
     tools/bench_codec.py [--json]
     tools/bench_codec.py --commands [--n 1000] [--json]
     tools/bench_codec.py --direct [--n 10000] [--json]
+    tools/bench_codec.py --direct-connections [--n 2000] [--json]
 
 Ratios are codec / hand-written; the target is at most 1.5x.
 
@@ -31,6 +32,11 @@ itself, no transport object in between) with /dev/null as the device: every comm
 real system call that does nothing, and each event is put into the reply buffer before its
 GET_EVENT. Events are timed apart from the commands that cause them, so the table says, in
 ns per id, what each step of the API costs above the hand-written floor.
+
+``--direct-connections`` does the same for a client connection's calls (create,
+resolve_addr, ADDR_RESOLVED, resolve_route, ROUTE_RESOLVED, connect, CONNECT_RESPONSE,
+establish, disconnect, DISCONNECTED, destroy) against tools/bench's hand-written
+connection client: ns per connection and step.
 """
 
 import ctypes
@@ -436,35 +442,148 @@ def direct_bare(n, dst):
     return t
 
 
-def direct(n, runs=15):
-    """ns per id and phase, the fastest of ``runs`` interleaved runs."""
+CONN_PHASES = ("create", "resolve_addr", "addr_events", "resolve_route", "route_events", "connect",
+               "response_events", "establish", "disconnect", "disconnected_events", "destroy")
+_CONN_EVENTS = ("ADDR_RESOLVED", "ROUTE_RESOLVED", "CONNECT_RESPONSE", "DISCONNECTED")
+
+
+def direct_connections_pyrdmacm(n, dst):
+    """One client connection's calls, each step over all ``n`` ids (so each is timed apart):
+    what tools/bench's pipelined client calls, the events read one by one and acked."""
+    from pyrdmacm import CmId, EventChannel
+    from pyrdmacm.abi import CmEventType as E
+
+    ch = EventChannel(NullDevice())
+    view, put = ch._r_event.view, _HEAD.pack_into
+    get = ch.get_event
+    t = [time.perf_counter()]
+
+    def events(name):
+        code, want = int(E[name]), E[name]
+        for i in ids:
+            put(view, 0, i.uid, i.handle, code, 0)
+            ev = get()
+            if ev.event is not want or ev.status:
+                raise SystemExit("bench_codec: pyrdmacm decoded %r" % (ev,))
+            ev.ack()
+        t.append(time.perf_counter())
+
+    ids = [CmId(ch) for _ in range(n)]
+    t.append(time.perf_counter())
+    for i in ids:
+        i.resolve_addr(dst, timeout_ms=2000)
+    t.append(time.perf_counter())
+    events("ADDR_RESOLVED")
+    for i in ids:
+        i.resolve_route(2000)
+    t.append(time.perf_counter())
+    events("ROUTE_RESOLVED")
+    for i in ids:
+        i.connect(qp_num=None)
+    t.append(time.perf_counter())
+    events("CONNECT_RESPONSE")
+    for i in ids:
+        i.establish()
+    t.append(time.perf_counter())
+    for i in ids:
+        i.disconnect()
+    t.append(time.perf_counter())
+    events("DISCONNECTED")
+    for i in ids:
+        i.destroy()
+    t.append(time.perf_counter())
+    ch.close()
+    return t
+
+
+def direct_connections_bare(n, dst):
+    """The floor of the same steps: tools/bench's hand-written connection client."""
+    from pyrdmacm.abi import CmEventType as E
+
+    k = floor_kit(dst)
+    write, view, put, head, u32 = os.write, k.view, _HEAD.pack_into, k.head.unpack_from, k.u32.unpack_from
+    dev = NullDevice()
+    fd = dev.fd
+    handles = {}
+    t = [time.perf_counter()]
+
+    def events(name):
+        code = int(E[name])
+        for uid in handles:
+            put(view, 0, uid, uid, code, 0)
+            write(fd, k.get_event)
+            u, _h, e, st = head(view)
+            if e != code or st:
+                raise SystemExit("bench_codec: the floor read %r" % ((u, e, st),))
+        t.append(time.perf_counter())
+
+    for uid in range(1, n + 1):
+        write(fd, k.h_create + k.create.pack(uid, k.addr, 0x106, 2, b""))
+        handles[uid] = u32(view)[0]
+    t.append(time.perf_counter())
+    for h in handles.values():
+        write(fd, k.h_resolve_addr + k.resolve.pack(h, 2000, 0, k.size, 0, b"", k.storage))
+    t.append(time.perf_counter())
+    events("ADDR_RESOLVED")
+    for h in handles.values():
+        write(fd, k.h_resolve_route + k.route.pack(h, 2000))
+    t.append(time.perf_counter())
+    events("ROUTE_RESOLVED")
+    for q, h in enumerate(handles.values(), 0x100000):
+        write(fd, k.h_connect + k.connect.pack(q, 0, b"", 0, 0, 0, 0, 0, 7, 7, 1, h, 0, 0, 0))
+    t.append(time.perf_counter())
+    events("CONNECT_RESPONSE")
+    for h in handles.values():
+        write(fd, k.h_accept + k.accept.pack(0, 0, 0, b"", 0, 0, 0, 0, 0, 0, 0, 0, h, 0, 0, 0))
+    t.append(time.perf_counter())
+    for h in handles.values():
+        write(fd, k.h_disconnect + k.disconnect.pack(h))
+    t.append(time.perf_counter())
+    events("DISCONNECTED")
+    for h in handles.values():
+        write(fd, k.h_destroy + k.destroy.pack(k.addr, h, 0))
+    t.append(time.perf_counter())
+    dev.close()
+    return t
+
+
+def direct(n, runs=15, connections=False):
+    """ns per id (per connection) and phase, the fastest of ``runs`` interleaved runs."""
     from pyrdmacm import parse_address
 
-    dst = parse_address("10.0.0.2")
+    if connections:
+        dst, phases = parse_address("10.0.0.2:7099"), CONN_PHASES
+        impls = (("bare", direct_connections_bare), ("pyrdmacm", direct_connections_pyrdmacm))
+    else:
+        dst, phases = parse_address("10.0.0.2"), DIRECT_PHASES
+        impls = (("bare", direct_bare), ("pyrdmacm", direct_pyrdmacm))
     best = {}
     for r in range(runs):
-        for name, fn in (("bare", direct_bare), ("pyrdmacm", direct_pyrdmacm))[:: 1 if r % 2 else -1]:
+        for name, fn in impls[:: 1 if r % 2 else -1]:
             t = fn(n, dst)
             per = [(b - a) / n * 1e9 for a, b in zip(t, t[1:])]
             best[name] = per if name not in best else [min(x, y) for x, y in zip(best[name], per)]
-    return {name: dict(zip(DIRECT_PHASES, v), total=sum(v)) for name, v in best.items()}
+    return {name: dict(zip(phases, v), total=sum(v)) for name, v in best.items()}
 
 
-def main_direct():
-    n = _n_arg(10000)
-    res = direct(n)
-    if _json_out({"n": n, "per_id_ns": res}):
+def main_direct(connections=False):
+    n = _n_arg(2000 if connections else 10000)
+    res = direct(n, connections=connections)
+    if _json_out({"n": n, "per_connection_ns" if connections else "per_id_ns": res}):
         return
-    print("ns per id, N=%d, fastest of 15 (host; writes are system calls on /dev/null)" % n)
-    print("%-14s %9s %9s %9s" % ("phase", "bare", "pyrdmacm", "above"))
-    for p in DIRECT_PHASES + ("total",):
+    print("ns per %s, N=%d, fastest of 15 (host; writes are system calls on /dev/null)"
+          % ("connection" if connections else "id", n))
+    print("%-20s %9s %9s %9s" % ("phase", "bare", "pyrdmacm", "above"))
+    for p in (CONN_PHASES if connections else DIRECT_PHASES) + ("total",):
         b, q = res["bare"][p], res["pyrdmacm"][p]
-        print("%-14s %9.0f %9.0f %9.0f" % (p, b, q, q - b))
+        print("%-20s %9.0f %9.0f %9.0f" % (p, b, q, q - b))
 
 
 def main():
     if "--commands" in sys.argv:
         return main_commands()
+    if "--direct-connections" in sys.argv:
+        return main_direct(connections=True)
     if "--direct" in sys.argv:
         return main_direct()
     rows = []

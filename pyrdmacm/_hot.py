@@ -390,6 +390,7 @@ def get_events(self: "EventChannel", max_events: int = 64, timeout: Optional[flo
     except IndexError:
         raise self._busy() from None
     out: List[Event] = []
+    append = out.append
     try:
         if self._wait_first:  # a sync id's channel: wait first (see _wait_event)
             first = self._get_event(timeout)
@@ -431,7 +432,7 @@ def get_events(self: "EventChannel", max_events: int = 64, timeout: Optional[flo
                 cm_id._cache = None
                 if not ack:
                     cm_id._unacked += 1
-                out.append(_new_event(Event, (ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE, None, None)))
+                append(_new_event(Event, (ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE, None, None)))
         return out
     finally:
         if self.closed:

@@ -74,6 +74,8 @@ _TCP_RC = rules_for(_PS_TCP, _QP_RC)
 #: the calls of every connection, read as globals (an enum member's lookup costs ten times more)
 _CONNECT_CALL, _ESTABLISH_CALL, _DISCONNECT_CALL = Call.CONNECT, Call.ESTABLISH, Call.DISCONNECT
 _DATAGRAM = Kind.DATAGRAM
+_REQ, _REP = ("REQ", "SIDR_REQ"), ("REP", "SIDR_REP")  # the messages of connect and accept's parameters
+_create = _hot.create
 #: pyrdmacm.channel.EventChannel once an id was made (channel imports this module)
 _EventChannel: Any = None
 
@@ -200,7 +202,7 @@ class CmId:
             channel._check()
         if context is not None:
             self._context = context
-        _hot.create(self, channel, rules)
+        _create(self, channel, rules)
 
     def _own_channel(self, channel: Optional["EventChannel"]) -> "EventChannel":
         """The channel of an id made with ``channel`` other than an EventChannel itself: a
@@ -407,9 +409,11 @@ class CmId:
         self._call(Call.LISTEN, _CMD["LISTEN"].encode(self.handle, backlog), "LISTEN")
 
     # -- connections: parameters
-    def _conn_param(self, param: Any, private_data: Any, fields: Dict[str, Any], message: str) -> Tuple[ConnParam, int]:
+    def _conn_param(self, param: Any, private_data: Any, fields: Dict[str, Any],
+                    messages: Tuple[str, str]) -> Tuple[ConnParam, int]:
         """The connection parameters of connect/accept, checked (UsageError before any syscall),
-        and the QP number to send."""
+        and the QP number to send; ``messages``: the IB CM message that carries them for a
+        connected id and for a datagram id (its private-data limit)."""
         if private_data is None and param.__class__ is not ConnParam:
             # the defaults (valid for every message) with at most a QP number: none to check
             qpn = param if not fields else fields["qp_num"] if (param is None and len(fields) == 1
@@ -435,6 +439,7 @@ class CmId:
                 unknown = sorted(set(fields) - set(_CONN_FIELDS))
                 raise UsageError("unknown connection parameter%s %s: the fields are %s" % (
                     "s" if len(unknown) > 1 else "", ", ".join(unknown), ", ".join(_CONN_FIELDS))) from None
+        message = messages[1] if self._rules.kind is _DATAGRAM else messages[0]
         data = _private_data(p.private_data, message, getattr(self._peer(), "family", abi.AF_INET))
         qp_num = allocate_qp_num() if p.qp_num is None else _qp_num(p.qp_num)
         _u("responder_resources", p.responder_resources, 0xFF)
@@ -472,8 +477,7 @@ class CmId:
         UNREACHABLE.  In sync mode this waits, sends the RTU itself, and returns the event
         (REJECTED ... raise :class:`EventError`).
         """
-        p, qp_num = self._conn_param(param, private_data, fields,
-                                     "SIDR_REQ" if self._rules.kind is _DATAGRAM else "REQ")
+        p, qp_num = self._conn_param(param, private_data, fields, _REQ)
         cmd = (_CONNECT_DEFAULT(qp_num, self.handle) if p is _DEFAULT_PARAM
                else _CONNECT.encode(*wire.conn_fields(p, qp_num), self.handle, 0, *p.ece))
         self._qpn = qp_num
@@ -550,7 +554,7 @@ class CmId:
         own, as librdmacm does, and this waits for ESTABLISHED.
         """
         ud = self.kind is Kind.DATAGRAM
-        p, qp_num = self._conn_param(param, private_data, fields, "SIDR_REP" if ud else "REP")
+        p, qp_num = self._conn_param(param, private_data, fields, _REP)
         self._transition(Call.ACCEPT)
         if self.request is None:
             raise StateError("accept: id uid %d is no connection request's id" % self.uid)

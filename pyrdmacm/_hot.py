@@ -412,8 +412,8 @@ def get_events(self: "EventChannel", max_events: int = 64, timeout: Optional[flo
                     break  # drained (a fault shows at the next call): a burst read, not an empty look
                 if isinstance(e, BlockingIOError):
                     self._drained = True
-                if timeout == 0 and isinstance(e, BlockingIOError):
-                    break  # only polling: nothing queued
+                    if timeout == 0:
+                        break  # only polling: nothing queued
                 # wait for the first event (or report the fault)
                 first = self._get_event(timeout, isinstance(e, BlockingIOError))
                 if first is None:

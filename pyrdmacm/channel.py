@@ -113,7 +113,8 @@ class EventChannel:
         #: as _live, and 0 on a sync id's channel too: get_event's fast path, in one comparison
         self._fast = self._pid
         self._wait_first = False  # set for the private channel of a sync id
-        #: the last GET_EVENT of get_event's fast path said EAGAIN: its next call waits first
+        #: the last look of get_event / get_events found the queue empty (EAGAIN): their next
+        #: call waits first (a batch's EAGAIN after events does not count)
         self._drained = False
         self._poller: Optional[_device.Poller] = None  # made at the first wait
         self.closed = False

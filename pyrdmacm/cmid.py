@@ -289,13 +289,11 @@ class CmId:
         try:  # as the channel's submit(), the refusal naming the id's peer (found only then)
             fd = ch._fd
             n = device_write(fd, data) if fd >= 0 else ch._write(data)
-        except OSError as e:
+        except BaseException as e:
             if self._state is new:
                 self._state = old
-            raise ch._refused(e, command, ctx or {"dst": self._peer()}) from None
-        except BaseException:
-            if self._state is new:
-                self._state = old
+            if isinstance(e, OSError):
+                raise ch._refused(e, command, ctx or {"dst": self._peer()}) from None
             raise
         if n != len(data):
             raise ch._short(n, data, command)

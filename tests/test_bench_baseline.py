@@ -284,3 +284,27 @@ def test_floor_headers_come_from_the_abi():
         if hasattr(cm, theirs):
             assert getattr(k, mine) == getattr(cm, theirs), mine
     assert k.get_event[:4] == (12).to_bytes(4, "little")
+
+
+def test_connection_summary_compares_the_baseline_and_the_floor(bench):
+    """--connections with --baseline and the floor: per mode, pyrdmacm over the baseline and over
+    the floor from the medians, the baseline's ratio per round, and the table's line for it."""
+    raw = []
+    for rnd, (py, base, floor, c) in enumerate(((2.0, 4.0, 1.0, 1.0), (3.0, 4.0, 2.0, 2.0), (2.5, 5.0, 2.0, 2.0))):
+        for impl, total in (("pyrdmacm", py), (bench.BASELINE, base), ("floor", floor), ("c", c)):
+            raw.append({"n": 10, "mode": "pipelined", "impl": impl, "round": rnd, "total": total, "established": 10,
+                        "completed": 10, "failures": 0, "first_failure": "", "user": 0.1, "sys": 0.1})
+    impls = ["c", "pyrdmacm", bench.BASELINE, "floor"]
+    row = bench.summarise_connections(raw, impls, ["pipelined"])["10"]["pipelined"]
+    assert row["baseline_round_ratios"] == [0.5, 0.75, 0.5]
+    assert row["baseline_ratio"] == pytest.approx(2.5 / 4.0)
+    assert row["floor_ratio"] == pytest.approx(2.5 / 2.0) and row["floor_c_ratio"] == pytest.approx(1.0)
+    assert row["floor_round_ratios"] == [2.0, 1.5, 1.25]
+    result = {"kernel": "k", "lab": "", "topology": "pair", "dst": "10.9.0.1", "port": 7099, "runs": 3,
+              "impls": impls, "modes": ["pipelined"], "loadavg_before": (0, 0, 0), "loadavg_after": (0, 0, 0),
+              "connections": {"10": {"pipelined": row}}}
+    result["targets"] = bench.conn_targets(result)
+    text = bench.conn_table(result)
+    assert "pyrdmacm / baseline 0.62 (rounds 0.50-0.75)" in text
+    assert {t["target"]: t["met"] for t in result["targets"]}["N=10 pipelined pyrdmacm/floor per connection <= 1.15"] \
+        is False

@@ -55,6 +55,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "test ran on one of the --lab suites")
     group.addoption("--lab-timeout", type=float, default=900, metavar="SECONDS",
                     help="time-out of one lab boot (default 900)")
+    group.addoption("--lab-mirror", metavar="URL",
+                    help="the Debian mirror to download a lab kernel that is not cached yet "
+                         "(default $PYRDMACM_LAB_MIRROR, else the one this machine's apt "
+                         "sources use)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -145,6 +149,8 @@ class Boot:
         junit = self.out / "junit.xml"
         rootpath = config.rootpath
         args = [str(rootpath / nodeid) for nodeid in nodeids]  # absolute: cwd-independent
+        mirror = config.getoption("--lab-mirror")
+        mirror = ["--mirror", mirror] if mirror else []
         peer = []
         if topology == "pair":  # the peer agent, for the ``peer`` fixture
             peer = ["--peer-command",
@@ -152,6 +158,7 @@ class Boot:
         command = [
             sys.executable, str(LAB), "run", "--kernel", suite, "--topology", topology,
             "--timeout", str(config.getoption("--lab-timeout")), "--out", str(self.out), *peer,
+            *mirror,
             "--",
             # the root is read-only in the guest: no cache; hypothesis's plugin alone costs
             # seconds of start-up under emulation, and kernel tests do not need it

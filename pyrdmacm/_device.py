@@ -13,10 +13,12 @@ the buffer out of a pool).
 :class:`KernelDevice` opens ``/dev/infiniband/rdma_cm`` (``O_RDWR |
 O_CLOEXEC | O_NONBLOCK``), checks that it is the rdma_cm character device and
 that the kernel speaks ABI 3 or 4, and offers the :class:`Transport`
-operations: ``write(bytes)``, ``fileno()``, ``direct_fd()``, ``close()`` and
-``identify_device()``.  Closing points the fd number at a read-only ``/dev/null``
-until the object dies, so a write racing with ``close()`` from another thread
-fails with EBADF and can never reach another file that reused the number.
+operations: ``write(bytes)``, ``fileno()``, ``close()`` and
+``identify_device()``.  ``write`` is the one way a command reaches the kernel; it
+counts the calls in flight, so that ``close()`` releases the fd at once when
+none is, and otherwise the last one does as it returns: nothing stays open on
+the number, and a write racing with ``close()`` from another thread can never
+reach another file that reused it.
 :class:`pyrdmacm.testing.FakeKernel` offers the same operations over a pipe,
 speaking the same bytes.  :class:`Waker` is the channel's second fd (what
 ``close()`` signals to wake a waiting reader) and :func:`wait` the one poll
@@ -34,9 +36,7 @@ the sysfs file (measured on 6.1, 6.12 and 7.2 under qemu: 110-117 us against
 134-174 us) -- rather than through :mod:`pyrdmacm.netlink`, whose pyroute2
 import costs ~150 ms, which the plain resolve path must not pay.
 
-Nothing else in pyrdmacm calls ``os.open`` on the device or takes an address;
-the channel's hot paths write through :data:`device_write` on the fd that
-:meth:`KernelDevice.direct_fd` hands out.
+Nothing else in pyrdmacm calls ``os.open`` or ``os.write`` on the device.
 """
 
 from __future__ import annotations
@@ -45,10 +45,9 @@ import errno
 import os
 import select
 import stat
-import threading
 import weakref
 from array import array
-from typing import Optional, Protocol, Tuple
+from typing import List, Optional, Protocol, Tuple
 
 from . import _chardev
 from .errors import DeviceNodeError, UsageError
@@ -56,12 +55,6 @@ from .errors import DeviceNodeError, UsageError
 DEFAULT_PATH = "/dev/infiniband/rdma_cm"
 SYSFS_ABI = ("/sys/class/misc/rdma_cm/abi_version", "/sys/class/infiniband_ucma/abi_version")
 MIN_ABI, MAX_ABI = 3, 4
-
-
-#: How a command reaches the device: ``os.write(fd, command)``, named here because this
-#: module owns the fd.  The channel's hot paths (:mod:`pyrdmacm._hot`) call it on the fd
-#: that :meth:`KernelDevice.direct_fd` gave it (a Python call per command is measurable).
-device_write = os.write
 
 
 class ReplyBuffer:
@@ -193,9 +186,6 @@ class Transport(Protocol):
     def write(self, data: bytes) -> int:
         """Write one command; an ``OSError`` with the kernel's errno when it refuses it."""
 
-    def direct_fd(self) -> int:
-        """The fd that :data:`device_write` may write commands to directly, or -1 (use ``write``)."""
-
     def close(self) -> None:
         """Close the device: the kernel destroys every id on it."""
 
@@ -215,49 +205,77 @@ def _too_many_files(e: OSError, what: str) -> DeviceNodeError:
 
 _FD_LIMIT = (errno.EMFILE, errno.ENFILE)
 
-#: One /dev/null opened read-only, shared by the process: what a closed device's fd number
-#: is pointed at (dup2) until the device object dies, so that a write that had read the
-#: number before close() fails (EBADF) instead of reaching a file opened later under it.
-_placeholder = -1
-_placeholder_lock = threading.Lock()
 
-
-def _placeholder_fd() -> int:
-    global _placeholder
-    with _placeholder_lock:
-        if _placeholder < 0:
-            _placeholder = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        return _placeholder
-
-
-def _release(fd: int) -> None:
-    """The finalizer of a closed device: free its fd number (pointed at the placeholder)."""
+def _release(slot: List[int], ident: Tuple[int, int, int]) -> None:
+    """Close the fd held in ``slot`` (a one-element list), once: whoever pops it closes it
+    (``close()``, the last call in flight after it, or the finalizer of a device never
+    closed).  An fd that is no longer the file opened (closed behind our back, its number
+    maybe reused) is not ours to touch.  Never raises: ``os.close`` needs no new fd."""
     try:
-        os.close(fd)
-    except OSError:
+        fd = slot.pop()
+    except IndexError:
+        return
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino, st.st_rdev) == ident:
+            os.close(fd)
+    except OSError:  # EBADF: someone os.close()d it already; it is closed either way
         pass
+
+
+def _check_node(path: str, st: os.stat_result, nl: Optional[Tuple[Tuple[int, int], str, int]]) -> None:
+    """Refuse an opened file that is not the kernel's rdma_cm character device: a node that
+    is no character device, or whose device number RDMA netlink or sysfs (``/sys/dev/char``)
+    names as another device (a stale node, or ``PYRDMACM_DEVICE`` pointing elsewhere)."""
+    if not stat.S_ISCHR(st.st_mode):
+        raise DeviceNodeError(errno.ENODEV, "%s is not a character device" % path,
+                              "point it (or PYRDMACM_DEVICE) at the rdma_cm device node, /dev/infiniband/rdma_cm")
+    number = (os.major(st.st_rdev), os.minor(st.st_rdev))
+    if nl is not None:
+        if nl[0] != number:
+            raise DeviceNodeError(
+                errno.ENODEV,
+                "%s is device %d:%d but the kernel's rdma_cm is %d:%d" % (path, number[0], number[1], nl[0][0], nl[0][1]),
+                "the device node is stale (recreate it, or let udev do so)",
+            )
+        return
+    try:  # no netlink answer: sysfs names the driver of every char device number
+        name = os.path.basename(os.readlink("/sys/dev/char/%d:%d" % number))
+    except OSError:
+        return  # no sysfs here (some containers): nothing more to check
+    if name != "rdma_cm":
+        raise DeviceNodeError(
+            errno.ENODEV,
+            "%s is device %d:%d, which is %r, not rdma_cm" % (path, number[0], number[1], name),
+            "point it (or PYRDMACM_DEVICE) at the rdma_cm device node, /dev/infiniband/rdma_cm, and "
+            "load rdma_ucm if it is missing",
+        )
 
 
 class KernelDevice:
     """The rdma_cm character device, opened non-blocking: the one owner of its fd.
 
-    ``write(data)`` writes one command; :meth:`direct_fd` hands the fd to a channel's
-    hot paths, which write with :data:`device_write` (no call of ours in between).
-    The number stays valid for the object's life: :meth:`close` points it at a
-    read-only ``/dev/null`` (``dup2``), so a write racing with close() fails with
-    EBADF instead of reaching another file; the number is freed when the object dies.
+    ``write(data)`` writes one command: the one way every command reaches the kernel.
+    It counts itself as a call in flight while it writes; :meth:`close` closes the fd at
+    once when no call is in flight, and otherwise the last call in flight does, as it
+    returns (the kernel keeps such a count for its own files).  So the fd number is
+    released by close() -- nothing is left open on it -- and a write racing with close()
+    from another thread either completes on the rdma_cm file or fails as "closed"; it
+    never reaches a file that reused the number.
     """
 
     legacy: bool
 
     def __init__(self, path: Optional[str] = None, *, legacy: Optional[bool] = None) -> None:
         self._fd = -1
-        self._number = -1  #: the fd number, kept after close (see class doc)
+        #: one entry per call in flight (list.append and list.pop are atomic)
+        self._users: List[None] = []
+        #: [fd] while the fd is open: whoever pops it closes it (:func:`_release`)
+        self._slot: List[int] = []
         self._ident: Tuple[int, int, int] = (0, 0, 0)
         self.path = path or os.environ.get("PYRDMACM_DEVICE") or DEFAULT_PATH
         self.abi_version = 0
         self.abi_source = ""
-        self._lock = threading.Lock()
         if legacy is None:
             legacy = getattr(type(self), "legacy", None)  # a subclass may fix it
         self.legacy = (not kernel_at_least(3, 11)) if legacy is None else bool(legacy)
@@ -265,7 +283,8 @@ class KernelDevice:
         #: bytes and ignore the rest, so a non-zero ECE would be dropped unsaid
         self.ece = kernel_at_least(5, 8)
         self._open()
-        self._release = weakref.finalize(self, _release, self._number)
+        # a device dropped without close(): its fd is closed when the object dies
+        weakref.finalize(self, _release, self._slot, self._ident)
 
     def _open(self) -> None:
         nl = chardev_via_netlink()
@@ -275,7 +294,6 @@ class KernelDevice:
         else:
             abi, source = read_abi_version_sysfs(), "sysfs"
         try:
-            _placeholder_fd()
             fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
             raise DeviceNodeError(
@@ -297,15 +315,7 @@ class KernelDevice:
                                   "check that it is the rdma_cm device node") from None
         try:
             st = os.fstat(fd)
-            if not stat.S_ISCHR(st.st_mode):
-                raise DeviceNodeError(errno.ENODEV, "%s is not a character device" % self.path, "is it really rdma_cm?")
-            if nl is not None and nl[0] != (os.major(st.st_rdev), os.minor(st.st_rdev)):
-                raise DeviceNodeError(
-                    errno.ENODEV,
-                    "%s is device %d:%d but the kernel's rdma_cm is %d:%d"
-                    % (self.path, os.major(st.st_rdev), os.minor(st.st_rdev), nl[0][0], nl[0][1]),
-                    "the device node is stale (recreate it, or let udev do so)",
-                )
+            _check_node(self.path, st, nl)
             if abi is None:
                 # librdmacm assumes the newest ABI when nothing says otherwise; so do we.
                 abi, source = MAX_ABI, "assumed"
@@ -318,7 +328,8 @@ class KernelDevice:
         except BaseException:
             os.close(fd)
             raise
-        self._fd = self._number = fd
+        self._fd = fd
+        self._slot.append(fd)
         self._ident = (st.st_dev, st.st_ino, st.st_rdev)
         self.abi_version = abi
         self.abi_source = source
@@ -333,18 +344,19 @@ class KernelDevice:
         return self._fd < 0
 
     def write(self, data: bytes) -> int:
-        fd = self._fd
-        if fd < 0:
-            raise UsageError("the rdma_cm channel is closed")
-        return os.write(fd, data)
-
-    def direct_fd(self) -> int:
-        """The fd, for an owner that writes commands with :data:`device_write` itself (the
-        cheapest way: no call of ours in between), or -1 when a subclass overrides ``write``.
-        A write racing with :meth:`close` fails with EBADF (see the class doc)."""
-        if type(self).write is not KernelDevice.write:
-            return -1
-        return self.fileno()
+        """Write one command (``os.write``): the kernel's refusal is the OSError it raised;
+        once the device is closed, EBADF (what a write to a closed fd says)."""
+        users = self._users
+        users.append(None)  # in flight: close() leaves the fd open until we are out
+        try:
+            fd = self._fd  # read after counting ourselves in: >= 0 means open until we leave
+            if fd < 0:
+                raise OSError(errno.EBADF, "the rdma_cm channel is closed")
+            return os.write(fd, data)
+        finally:
+            users.pop()
+            if self._fd < 0 and not users:  # closed meanwhile, and we were the last: close it
+                _release(self._slot, self._ident)
 
     def identify_device(self, index: Optional[int], node_guid: int) -> Tuple[Optional[str], Optional[int]]:
         from .devices import identify_device
@@ -356,22 +368,11 @@ class KernelDevice:
         return type(self)(self.path, legacy=self.legacy)
 
     def close(self) -> None:
-        with self._lock:
-            fd, self._fd = self._fd, -1
-        if fd < 0:
-            return
-        try:
-            st = os.fstat(fd)
-            ours = (st.st_dev, st.st_ino, st.st_rdev) == self._ident
-        except OSError:  # EBADF: someone os.close()d it already; it is closed either way
-            ours = False
-        if not ours:  # closed behind our back (and maybe reused): not ours to touch, ever
-            self._release.detach()
-            return
-        # Point the number at the placeholder: that drops our reference to the rdma_cm file
-        # (the kernel destroys its ids when the last reference goes) and keeps the number
-        # taken until this object dies (weakref.finalize in __init__).
-        os.dup2(_placeholder_fd(), fd)
+        """Close the device: the kernel destroys every id on it.  The fd is closed now, or by
+        the last call in flight (see the class doc); closing twice does nothing; never raises."""
+        self._fd = -1
+        if not self._users:
+            _release(self._slot, self._ident)
 
 
 class Waker:

@@ -35,7 +35,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, List, Optional, Type
 
 from . import abi, wire
-from ._device import ReplyBuffer, device_write
+from ._device import ReplyBuffer
 from .errors import StateError, UsageError
 from .events import _UNPACK_EVENT, Event
 from .state import Call, Rules, State, calls_after
@@ -109,8 +109,7 @@ def create(cm_id: "CmId", channel: "EventChannel", rules: Rules) -> "CmId":
     uid = cm_id.uid = next_uid()
     data = _CREATE_CMD(H_CREATE, uid, reply.address, rules.ps, rules.qp_type, b"")
     try:
-        fd = channel._fd
-        n = device_write(fd, data) if fd >= 0 else channel._write(data)
+        n = channel._write(data)
     except OSError as e:
         pool.append(reply)
         raise channel._refused(e, "CREATE_ID", {}) from None
@@ -144,8 +143,7 @@ def create_many(channel: "EventChannel", cls: "Type[CmId]", n: int, rules: Rules
             uid = cm_id.uid = next_uid()
             data = _CREATE_CMD(H_CREATE, uid, address, space, qp, b"")
             try:
-                fd = channel._fd  # read per command: a close() from another thread sets it to -1
-                written = device_write(fd, data) if fd >= 0 else channel._write(data)
+                written = channel._write(data)
             except OSError as e:
                 raise channel._refused(e, "CREATE_ID", {}) from None
             if written != N_CREATE:
@@ -188,8 +186,7 @@ def destroy(self: "CmId") -> int:
     ids = ch._ids
     ids.pop(self.uid, None)
     try:
-        fd = ch._fd
-        n = device_write(fd, data) if fd >= 0 else ch._write(data)
+        n = ch._write(data)
     except OSError as e:
         pool.append(reply)
         if not ch.closed:  # refused: the id lives on (a closed channel destroyed it anyway)
@@ -228,8 +225,7 @@ def destroy_many(channel: "EventChannel", ids: "List[CmId]") -> List[int]:
             cm_id._state = _DESTROYED
             pop(cm_id.uid, None)
             try:
-                fd = channel._fd  # read per command: a close() from another thread sets it to -1
-                written = device_write(fd, data) if fd >= 0 else channel._write(data)
+                written = channel._write(data)
             except OSError as e:
                 if not channel.closed:
                     cm_id._state = old
@@ -269,8 +265,7 @@ def resolve_addr(self: "CmId", dst: Any, *, src: Any = None, timeout_ms: int = 2
         self._dst = cached[1]
         self._cache = None
         try:
-            fd = ch._fd
-            n = device_write(fd, data) if fd >= 0 else ch._write(data)
+            n = ch._write(data)
         except OSError as e:
             if self._state is new:
                 self._state = old
@@ -301,8 +296,7 @@ def resolve_route(self: "CmId", timeout_ms: int = 2000) -> Optional[Event]:
     self._state = new
     self._cache = None
     try:
-        fd = ch._fd
-        n = device_write(fd, data) if fd >= 0 else ch._write(data)
+        n = ch._write(data)
     except OSError as e:
         if self._state is new:
             self._state = old
@@ -342,8 +336,7 @@ def get_event(self: "EventChannel", timeout: Optional[float] = None) -> Optional
             self._drained = False
         while True:
             try:
-                fd = self._fd
-                n = device_write(fd, self._b_get_event) if fd >= 0 else self._write(self._b_get_event)
+                n = self._write(self._b_get_event)
             except BlockingIOError:
                 self._drained = True
                 if timeout == 0:
@@ -404,8 +397,7 @@ def get_events(self: "EventChannel", max_events: int = 64, timeout: Optional[flo
         data, view, ids = self._b_get_event, self._event_view, self._ids
         while len(out) < max_events:
             try:
-                fd = self._fd  # read per command: a close() from another thread sets it to -1
-                if (device_write(fd, data) if fd >= 0 else self._write(data)) <= 0:
+                if self._write(data) <= 0:
                     raise BlockingIOError
             except (OSError, UsageError) as e:
                 if out:

@@ -8,8 +8,8 @@ the kernel echoes in each event of the id (unique in the process, see
 :data:`pyrdmacm._hot.next_uid`).  A connection request's id is not in the
 registry until it is accepted (the kernel queues no event for it before).
 
-Every command is one ``write()`` (:meth:`EventChannel.submit`, or a hot path of
-:mod:`pyrdmacm._hot`); commands that have a reply name one of the channel's
+Every command is one ``write()`` of the transport (the fd owner's, through
+:meth:`EventChannel.submit` or a hot path of :mod:`pyrdmacm._hot`); commands that have a reply name one of the channel's
 :class:`~pyrdmacm._device.ReplyBuffer`\\ s, taken from a pool or under the
 channel's command lock.  Events are read by one reader at a time:
 ``get_event`` tries a GET_EVENT on the non-blocking fd, and waits on the
@@ -88,10 +88,8 @@ class EventChannel:
         except BaseException:
             self._waker.close()
             raise
+        #: the one way a command reaches the kernel: the transport's write (the fd owner's)
         self._write = self._t.write
-        # the hot paths write with device_write(_fd, ...) when the device allows it (_fd >= 0):
-        # cheaper than calling a method; close() sets it to -1 first
-        self._fd: int = self._t.direct_fd()
         #: the registry: uid -> the id its events are for
         self._ids: Dict[int, CmId] = {}
         #: multicast memberships (their events carry the membership's own uid)
@@ -151,9 +149,7 @@ class EventChannel:
                 getattr(m.id, "_mcs", {}).pop(m.uid, None)
             self._mcs.clear()
         self._waker.signal()  # wake a waiting reader: it raises "closed" (never a forked child's)
-        self._fd = -1
-        self._write = self._t.write  # guarded: raises once the fd is closed
-        self._t.close()
+        self._t.close()  # the fd is released now, or by the last write in flight
         slot = self._reader_slot
         try:
             slot.pop()
@@ -199,8 +195,7 @@ class EventChannel:
         """Write one command; a refusal raises :class:`KernelError` with the real errno and
         ``ctx`` (the addresses involved: ``src=``, ``dst=``)."""
         try:
-            fd = self._fd
-            n = _device.device_write(fd, data) if fd >= 0 else self._write(data)
+            n = self._write(data)
         except OSError as e:
             raise self._refused(e, command, ctx) from None
         if n != len(data):
@@ -293,8 +288,7 @@ class EventChannel:
                 if skip_read:
                     skip_read = False
                     raise BlockingIOError
-                fd = self._fd
-                n = _device.device_write(fd, data) if fd >= 0 else self._write(data)
+                n = self._write(data)
             except BlockingIOError:
                 n = -1
             except (OSError, UsageError) as e:
@@ -506,7 +500,7 @@ class EventChannel:
                               ", ".join(str(i.uid) for i in ids[:8]) + (" ..." if len(ids) > 8 else "")))
 
 
-_TRANSPORT_CALLS = ("fileno", "write", "direct_fd", "close", "identify_device")
+_TRANSPORT_CALLS = ("fileno", "write", "close", "identify_device")
 
 
 def _check_transport(t: Any) -> None:

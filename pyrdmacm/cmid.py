@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Ty
 
 from . import _hot, abi, wire
 from ._codec import CODECS
-from ._device import ReplyBuffer, device_write
+from ._device import ReplyBuffer
 from .addr import AF_IB, Address, AddressLike, parse_address
 from .errors import EventError, KernelError, StateError, UsageError
 from .events import Event
@@ -287,8 +287,7 @@ class CmId:
         self._state = new
         self._cache = None
         try:  # as the channel's submit(), the refusal naming the id's peer (found only then)
-            fd = ch._fd
-            n = device_write(fd, data) if fd >= 0 else ch._write(data)
+            n = ch._write(data)
         except BaseException as e:
             if self._state is new:
                 self._state = old

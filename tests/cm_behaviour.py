@@ -43,6 +43,15 @@ class World:
     def channel(self) -> EventChannel:
         return EventChannel(self.transport())
 
+    def open_node(self, monkeypatch: Any) -> None:
+        """Make ``EventChannel()`` open this tier's node: the real rdma_cm, or where the tier
+        has none ``device_path`` standing in for it (its check as rdma_cm left out)."""
+        if self.device_path:
+            from pyrdmacm import _device
+
+            monkeypatch.setenv("PYRDMACM_DEVICE", self.device_path)
+            monkeypatch.setattr(_device, "_check_node", lambda *args: None)
+
 
 def wait(ch: EventChannel, timeout: float = 10.0):
     ev = ch.get_event(timeout)
@@ -731,8 +740,7 @@ def test_at_the_fd_limit_opening_a_channel_says_so_and_leaks_nothing(world: Worl
 
     from pyrdmacm.errors import DeviceNodeError
 
-    if world.device_path:
-        monkeypatch.setenv("PYRDMACM_DEVICE", world.device_path)
+    world.open_node(monkeypatch)
     EventChannel().close()  # what a first channel opens once per process is open now
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     held = _fill_fd_holes()
@@ -827,32 +835,112 @@ def test_uids_are_unique_across_channels_and_a_request_has_none(world: World):
 
 
 def test_a_write_racing_with_close_never_reaches_a_file_that_reused_the_number(world: World, monkeypatch):
-    """A hot path reads the fd, another thread closes the channel, a file opened meanwhile
-    gets a number: the write must not reach it.  The closed device's number stays taken
-    (pointed at a read-only /dev/null) until the channel is gone."""
-    import gc
+    """A write is in flight (inside the device's write, the fd read) when another thread
+    closes the channel: close() returns, the fd stays the rdma_cm file until that write
+    returns, a file opened meanwhile gets another number, and the last write out closes it."""
     import os
+    import threading
+    import types
 
     from pyrdmacm import _device, wire
 
-    if world.device_path:
-        monkeypatch.setenv("PYRDMACM_DEVICE", world.device_path)
+    world.open_node(monkeypatch)
     ch = EventChannel()
-    fd = ch._fd  # what a hot path had read when the other thread's close() came
-    assert fd >= 0
-    ch.close()
-    r, w = os.pipe()
+    fd = ch.fileno()
+    inside, go = threading.Event(), threading.Event()
+    real_os = _device.os
+
+    def held_write(f: int, data: bytes) -> int:
+        if f == fd:  # the device's (not the waker's, which close() signals)
+            inside.set()
+            assert go.wait(10)
+        return real_os.write(f, data)
+
+    monkeypatch.setattr(_device, "os", types.SimpleNamespace(**{**vars(real_os), "write": held_write}))
+    outcome: list = []
+    # DESTROY_ID of a handle no id has: the kernel refuses it, but it must reach the kernel
+    data = wire.COMMAND["DESTROY_ID"].encode(0, 0x7FFFFFF0, 0)
+    t = threading.Thread(target=lambda: outcome.append(_attempt(ch._write, data)))
+    t.start()
+    r = w = -1
     try:
-        assert fd not in (r, w), "the closed device's number was given to a new file"
-        with pytest.raises(OSError) as e:
-            _device.device_write(fd, wire.COMMAND["DESTROY_ID"].encode(0, 1, 0))
-        assert e.value.errno == errno.EBADF
+        assert inside.wait(10)
+        ch.close()
+        os.fstat(fd)  # still open: a write is in flight
+        r, w = os.pipe()
+        assert fd not in (r, w), "the device's number was given to a new file while a write was in flight"
+        go.set()
+        t.join(10)
+        assert not t.is_alive() and outcome, "the write in flight did not return"
+        os.set_blocking(r, False)
+        with pytest.raises(BlockingIOError):
+            os.read(r, 64)  # nothing reached the pipe
     finally:
-        os.close(r)
-        os.close(w)
+        go.set()
+        t.join(10)
+        for f in (r, w):
+            if f >= 0:
+                os.close(f)
+    monkeypatch.undo()
+    with pytest.raises(OSError) as e:
+        os.fstat(fd)  # the last write out closed it
+    assert e.value.errno == errno.EBADF
     with pytest.raises(StateError, match="closed"):
         ch.get_event(0)
-    del ch
-    gc.collect()
-    with pytest.raises(OSError):
-        os.fstat(fd)  # freed with the channel
+
+
+def _attempt(fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except OSError as e:
+        return e
+
+
+def test_close_releases_the_fd(world: World, monkeypatch):
+    """A closed channel holds no fd, though the object lives on: 200 channels opened and
+    closed leave the process's open fds as they were."""
+    import os
+
+    world.open_node(monkeypatch)
+    EventChannel().close()  # what a first channel opens once per process is open now
+    before = sorted(os.listdir("/proc/self/fd"))
+    kept = []
+    for _ in range(200):
+        ch = EventChannel()
+        fd = ch.fileno()
+        ch.close()
+        kept.append(ch)
+        with pytest.raises(OSError):
+            os.fstat(fd)  # released at close, not when the object dies
+    assert sorted(os.listdir("/proc/self/fd")) == before
+    assert all(c.closed for c in kept)
+
+
+def test_close_at_the_fd_limit_does_not_raise(world: World, monkeypatch):
+    """With the process at its fd limit (no number free, the channels' own above the limit),
+    close() still closes each channel, quietly."""
+    import os
+    import resource
+
+    world.open_node(monkeypatch)
+    channels = [EventChannel() for _ in range(3)]
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held = _fill_fd_holes()
+    fds = [c.fileno() for c in channels]
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(fds), hard))
+        try:
+            for c in channels:
+                c.close()  # no exception
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        for fd in fds:
+            with pytest.raises(OSError):
+                os.fstat(fd)
+    finally:
+        for fd in held:
+            os.close(fd)
+    with world.channel() as ch:  # and all is well
+        cm = CmId(ch)
+        cm.resolve_addr(world.local, timeout_ms=2000)
+        assert wait(ch).event is E.ADDR_RESOLVED

@@ -45,12 +45,9 @@ def test_echo_transport_answers_what_pyrdmacm_sends(bench_codec):
 
 
 def test_direct_runs_the_direct_write_path_and_every_phase(bench_codec, monkeypatch):
-    from pyrdmacm import _device, _hot, cmid
-
     writes = []
-    real = _hot.device_write
-    for module in (_hot, _device, cmid):  # the hot paths, the channel's submit, an id's call (the first resolve_addr)
-        monkeypatch.setattr(module, "device_write", lambda fd, data: writes.append(data[0]) or real(fd, data))
+    real = bench_codec.NullDevice.write  # the device's write: the one way every command goes
+    monkeypatch.setattr(bench_codec.NullDevice, "write", lambda self, data: writes.append(data[0]) or real(self, data))
     res = bench_codec.direct(30, runs=1)
     assert set(res) == {"bare", "pyrdmacm"}
     for phases in res.values():
@@ -64,14 +61,13 @@ def test_direct_runs_the_direct_write_path_and_every_phase(bench_codec, monkeypa
 def test_direct_connections_times_every_step_and_writes_what_the_floor_writes(bench_codec, monkeypatch):
     """--direct-connections: every step timed for both, and pyrdmacm and the hand-written floor
     write the same commands in the same order (what the table compares)."""
-    from pyrdmacm import _device, _hot, cmid, parse_address
+    from pyrdmacm import parse_address
 
     writes = {"bare": [], "pyrdmacm": []}
     into = []
     real = os.write
-    for module in (_hot, _device, cmid):
-        monkeypatch.setattr(module, "device_write", lambda fd, data: into.append(data) or real(fd, data))
-    # the floor writes with os.write (so does the channel's waker at close(): 8 bytes, no command)
+    # both write with os.write: the floor itself, pyrdmacm in its device's write (so does the
+    # channel's waker at close(): 8 bytes, no command)
     monkeypatch.setattr(bench_codec.os, "write", lambda fd, data: (len(data) > 8 and into.append(data)) or real(fd, data))
     dst = parse_address("10.0.0.2:7099")
     for name, fn in (("bare", bench_codec.direct_connections_bare), ("pyrdmacm", bench_codec.direct_connections_pyrdmacm)):

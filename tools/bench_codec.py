@@ -27,8 +27,8 @@ all) without a kernel, six ways, per id and phase:
 ``pyrdmacm / bare`` is the Python overhead the library adds per command; on a real kernel
 the syscalls come on top, equally for both.
 
-``--direct`` runs the code path the lab takes (the channel writing ``os.write`` on the fd
-itself, no transport object in between) with /dev/null as the device: every command is a
+``--direct`` runs the code path the lab takes (the channel writing through the kernel
+device's own ``write``) with /dev/null as the device: every command is a
 real system call that does nothing, and each event is put into the reply buffer before its
 GET_EVENT. Events are timed apart from the commands that cause them, so the table says, in
 ns per id, what each step of the API costs above the hand-written floor.
@@ -52,6 +52,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from pyrdmacm import abi  # noqa: E402
 from pyrdmacm._codec import CODECS  # noqa: E402
+from pyrdmacm._device import KernelDevice  # noqa: E402
 
 # Hand-written layouts: what a careful programmer would write without construct.
 HAND = {
@@ -87,9 +88,6 @@ class EchoKernel:
 
     def fileno(self):
         return self._r
-
-    def direct_fd(self):
-        return -1  # commands go through write()
 
     def identify_device(self, index, node_guid):
         return None, index
@@ -306,30 +304,21 @@ def main_commands():
               + "%14.2f%9.2f%9.2f" % (py / res["bare"][p], res["aio-many"][p] / py, res["aio"][p] / py))
 
 
-class NullDevice:
-    """A device whose fd is /dev/null: pyrdmacm's channel then writes with os.write on the
-    fd directly, as it does on rdma_cm (``direct_fd``), and every write is a real, cheap
-    system call. No reply is written: the caller puts each event into the reply buffer."""
+class NullDevice(KernelDevice):
+    """The kernel device's own code (its write, with the count of calls in flight, and its
+    close) on /dev/null: every command is a real, cheap system call, as on rdma_cm. No
+    reply is written: the caller puts each event into the reply buffer."""
 
     legacy = False
 
-    def __init__(self):
-        self.fd = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-
-    def fileno(self):
-        return self.fd
-
-    def write(self, data):
-        return os.write(self.fd, data)
-
-    def direct_fd(self):
-        return self.fd
+    def _open(self):
+        self.fd = self._fd = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        self._slot.append(self._fd)
+        st = os.fstat(self._fd)
+        self._ident = (st.st_dev, st.st_ino, st.st_rdev)
 
     def identify_device(self, index, node_guid):
         return None, index
-
-    def close(self):
-        os.close(self.fd)
 
 
 DIRECT_PHASES = ("create", "resolve_addr", "addr_events", "resolve_route", "route_events", "destroy")

@@ -284,9 +284,6 @@ class FakeKernel:
             return None, index
         return dev.name, (index if index is not None else dev.index)
 
-    def direct_fd(self) -> int:
-        return -1  # commands go through write(): this fake decodes them
-
     # -- the device's operations
     def reopen(self) -> "FakeKernel":
         """Another fd on the same (fake) device: a sync id's private channel, MIGRATE_ID's target."""

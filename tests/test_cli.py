@@ -1,6 +1,7 @@
 """The CLI on the host: decode, usage errors, and a clear exit when rdma_cm is absent."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -8,6 +9,7 @@ import pytest
 
 from pyrdmacm import cli
 from pyrdmacm.addr import parse_address
+from pyrdmacm.cli import output
 from pyrdmacm.wire import COMMAND
 
 
@@ -163,12 +165,43 @@ def test_link_local_without_zone_same_refusal_in_route_and_resolve(capsys):
 def test_gids_of_ipv4_addresses_print_in_dotted_form():
     import ipaddress
 
-    assert cli._ip_text(ipaddress.IPv6Address("::ffff:a00:20f")) == "::ffff:10.0.2.15"
-    assert cli._ip_text(ipaddress.IPv6Address("fe80::5054:ff:fe12:3456")) == "fe80::5054:ff:fe12:3456"
-    assert cli._jsonable({"sgid": ipaddress.IPv6Address("::ffff:a00:202")}) == {"sgid": "::ffff:10.0.2.2"}
+    assert output._ip_text(ipaddress.IPv6Address("::ffff:a00:20f")) == "::ffff:10.0.2.15"
+    assert output._ip_text(ipaddress.IPv6Address("fe80::5054:ff:fe12:3456")) == "fe80::5054:ff:fe12:3456"
+    assert output._jsonable({"sgid": ipaddress.IPv6Address("::ffff:a00:202")}) == {"sgid": "::ffff:10.0.2.2"}
 
 
 @pytest.mark.parametrize("zone", ["\u00b2", "\u0661", "\uff11"])
 def test_route_refuses_a_zone_in_non_ascii_digits_without_a_traceback(capsys, zone):
     code, out, err = run(capsys, "route", "fe80::1%" + zone)
     assert code == cli.EXIT_USAGE and "zone" in err and "Traceback" not in err + out
+
+
+#: (argv, exit status, the CLI's modules it loads): each subcommand imports its own module
+#: and the shared ones, none of the others'
+SUBCOMMAND_MODULES = [
+    (["--version"], 0, {"output", "inputs"}),
+    (["route", "-n", "nosuch"], 3, {"output", "inputs", "route"}),
+    (["resolve", "--no-precheck", "10.0.0.1"], 4, {"output", "inputs", "route", "resolve"}),
+    (["decode", "00"], 3, {"output", "inputs", "diag"}),
+    (["conformance", "--list"], 0, {"output", "inputs", "diag"}),
+    (["ping", "10.0.0.1", "--count", "0"], 3, {"output", "inputs", "conn", "ping"}),
+    (["listen", "0"], 3, {"output", "inputs", "conn", "listen"}),
+]
+
+
+@pytest.mark.parametrize("argv,code,own", SUBCOMMAND_MODULES, ids=[" ".join(a) for a, _c, _o in SUBCOMMAND_MODULES])
+def test_a_subcommand_imports_what_it_needs(argv, code, own):
+    """Start-up: the parser loads no subcommand's module; ``route`` loads no channel,
+    ``resolve --no-precheck`` no pre-check (and so no pyroute2)."""
+    program = ("import json, sys\nfrom pyrdmacm.cli import main\ntry:\n    code = main(%r)\n"
+               "except SystemExit as e:\n    code = e.code\nprint(json.dumps([code, sorted(sys.modules)]))" % argv)
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          env=dict(os.environ, PYRDMACM_DEVICE="/nonexistent/rdma_cm"))
+    got, mods = json.loads(proc.stdout.splitlines()[-1])
+    assert got == code, proc.stderr
+    assert {m.split(".")[2] for m in mods if m.startswith("pyrdmacm.cli.")} == own
+    if argv[0] in ("route", "decode", "conformance", "--version"):
+        assert "pyrdmacm.channel" not in mods
+    if argv[0] == "resolve":
+        assert "pyrdmacm.precheck" not in mods and not any(m.startswith("pyroute2") for m in mods)

@@ -20,6 +20,7 @@ import pytest
 
 from pyrdmacm import cli
 from pyrdmacm import devices as D
+from pyrdmacm.cli import conn, resolve, route
 from pyrdmacm.precheck import predict
 from test_devices import IB_GID
 from test_precheck_netns import _net, devs  # noqa: F401  (devs: a fixture)
@@ -61,7 +62,7 @@ def nothing_sent(monkeypatch: pytest.MonkeyPatch) -> List[str]:
         raise AssertionError("a channel was opened for bad input")
 
     monkeypatch.setattr(pyrdmacm.channel, "EventChannel", refuse)
-    monkeypatch.setattr(cli, "_open_channel", refuse)
+    monkeypatch.setattr(conn, "_open_channel", refuse)
     return opened
 
 
@@ -182,7 +183,7 @@ def test_docs_show_the_exit_code_table_the_code_uses() -> None:
 
 
 def test_route_without_rdma_devices_gives_the_partial_prediction(capsys: Any, monkeypatch: Any) -> None:
-    monkeypatch.setattr(cli, "_predict", fake_predict([]))
+    monkeypatch.setattr(route, "_predict", fake_predict([]))
     code, out, err = run(capsys, "route", "192.0.2.1", "--json")
     j = json.loads(out)
     assert code == cli.EXIT_NODEV == j["exit"]
@@ -204,7 +205,7 @@ def test_route_without_rdma_devices_gives_the_partial_prediction(capsys: Any, mo
 
 def test_route_says_the_rdma_cm_node_is_missing(capsys: Any, monkeypatch: Any, devs: Any) -> None:
     monkeypatch.setenv("PYRDMACM_DEVICE", "/nonexistent/rdma_cm")
-    monkeypatch.setattr(cli, "_predict", fake_predict(devs, check_node=True))
+    monkeypatch.setattr(route, "_predict", fake_predict(devs, check_node=True))
     code, out, _ = run(capsys, "route", "10.0.2.2:7471", "--json")
     p = json.loads(out)["prediction"]
     assert code == cli.EXIT_NODEV and p["candidates"][0]["device"] == "rxe0"
@@ -216,7 +217,7 @@ def test_route_says_the_rdma_cm_node_is_missing(capsys: Any, monkeypatch: Any, d
 @pytest.mark.parametrize("dst", ["10.0.2.2", "10.0.2.2:7471", "[2001:db8::2]:7471", "peer", "peer:7471"])
 def test_every_documented_form_reaches_the_precheck(capsys: Any, monkeypatch: Any, devs: Any, dst: str) -> None:
     seen: List[Any] = []
-    monkeypatch.setattr(cli, "_predict", fake_predict(devs, seen=seen))
+    monkeypatch.setattr(route, "_predict", fake_predict(devs, seen=seen))
     code, out, err = run(capsys, "route", dst)
     assert code == cli.EXIT_OK, err
     assert seen and seen[0].__class__.__name__ == "Address"  # the one parsed address, not the text
@@ -225,7 +226,7 @@ def test_every_documented_form_reaches_the_precheck(capsys: Any, monkeypatch: An
 
 def test_host_names_are_looked_up_and_the_choice_shown(capsys: Any, monkeypatch: Any, devs: Any,
                                                        fake_dns: List[Any]) -> None:
-    monkeypatch.setattr(cli, "_predict", fake_predict(devs))
+    monkeypatch.setattr(route, "_predict", fake_predict(devs))
     code, out, _ = run(capsys, "route", "peer")
     assert code == cli.EXIT_OK
     assert out.splitlines()[0] == "host name: peer is 10.0.2.2 (getaddrinfo's first answer; also 2001:db8::2)"
@@ -238,7 +239,7 @@ def test_host_names_are_looked_up_and_the_choice_shown(capsys: Any, monkeypatch:
 
 
 def test_gid_destinations_are_predicted(capsys: Any, monkeypatch: Any, devs: Any) -> None:
-    monkeypatch.setattr(cli, "_predict", fake_predict(devs))
+    monkeypatch.setattr(route, "_predict", fake_predict(devs))
     code, out, _ = run(capsys, "route", "gid:%s" % IB_GID, "--json")
     p = json.loads(out)["prediction"]
     assert code == cli.EXIT_OK and p["candidates"][0]["device"] == "mlx5_0" and p["src"] == IB_GID
@@ -249,7 +250,7 @@ def test_gid_destinations_are_predicted(capsys: Any, monkeypatch: Any, devs: Any
 
 
 def test_strict_precheck_exit_names_the_cause(capsys: Any, monkeypatch: Any, devs: Any) -> None:
-    monkeypatch.setattr(cli, "_predict", fake_predict(devs))
+    monkeypatch.setattr(route, "_predict", fake_predict(devs))
     # mlx5_0's port is DOWN: a warning; --strict refuses it with exit 2 and says why
     code, out, err = run(capsys, "route", "10.10.0.2", "--strict")
     assert code == cli.EXIT_KERNEL and "not ACTIVE" in err and "strict" in err
@@ -258,7 +259,7 @@ def test_strict_precheck_exit_names_the_cause(capsys: Any, monkeypatch: Any, dev
     j = json.loads(out)
     assert code == cli.EXIT_KERNEL == j["exit"] and "kernel" not in j and j["prediction"]["device"] == "mlx5_0"
     # no device for the egress netdev: the same 4 in route and in resolve --strict
-    monkeypatch.setattr(cli, "_predict", fake_predict([]))
+    monkeypatch.setattr(route, "_predict", fake_predict([]))
     assert run(capsys, "route", "10.0.2.2")[0] == cli.EXIT_NODEV
     assert run(capsys, "resolve", "10.0.2.2", "--strict")[0] == cli.EXIT_NODEV
 
@@ -318,15 +319,15 @@ def test_resolve_output_names_guid_pkey_and_path_fields(capsys: Any, monkeypatch
     assert re.search(r"^    pkey 0x[0-9a-f]{4} \(.+\) mtu %d rate " % path["mtu"], out, re.M)
     life = path["packet_life_time_us"]
     assert life == round(4.096 * 2 ** path["packet_life_time_code"], 3)
-    assert re.search(r" packet_life_time %s$" % re.escape(cli._us_text(life)), out, re.M)
-    assert cli._us_text(4.096) == "4.096 us" and cli._us_text(268435.456) == "268 ms"
+    assert re.search(r" packet_life_time %s$" % re.escape(resolve._us_text(life)), out, re.M)
+    assert resolve._us_text(4.096) == "4.096 us" and resolve._us_text(268435.456) == "268 ms"
 
 
 def test_pkeys_are_named() -> None:
-    assert cli._pkey_text(0xFFFF) == "0xffff (the default partition, full member)"
-    assert cli._pkey_text(0x7FFF) == "0x7fff (the default partition, limited member)"
-    assert cli._pkey_text(0x8001) == "0x8001 (partition 0x0001, full member)"
-    assert cli._pkey_text(0) == "0x0000 (none: RoCE and iWARP have no partitions)"
+    assert resolve._pkey_text(0xFFFF) == "0xffff (the default partition, full member)"
+    assert resolve._pkey_text(0x7FFF) == "0x7fff (the default partition, limited member)"
+    assert resolve._pkey_text(0x8001) == "0x8001 (partition 0x0001, full member)"
+    assert resolve._pkey_text(0) == "0x0000 (none: RoCE and iWARP have no partitions)"
 
 
 # --------------------------------------------------------------------------- devices

@@ -1,6 +1,6 @@
 """`pyrdmacm ping` and `pyrdmacm listen` on the fake fabric (pyrdmacm.testing.FakeFabric): the CLI
-runs on host B (10.9.0.2), its channel made by ``cli._open_channel``, which the tests point at
-B; the other side is a thread on host A (10.9.0.1) using the library.
+runs on host B (10.9.0.2), its channel made by ``pyrdmacm.cli.conn._open_channel``, which the
+tests point at B; the other side is a thread on host A (10.9.0.1) using the library.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pytest
 
 from pyrdmacm import CmId, EventChannel, PortSpace, cli
 from pyrdmacm.abi import CmEventType as E
+from pyrdmacm.cli import conn, output
 from pyrdmacm.testing import FakeFabric
 
 A, B = "10.9.0.1", "10.9.0.2"
@@ -43,7 +44,7 @@ def cli_on_b(hosts, monkeypatch):
         kernels.append(hosts[1]())
         return EventChannel(kernels[-1])
 
-    monkeypatch.setattr(cli, "_open_channel", open_channel)
+    monkeypatch.setattr(conn, "_open_channel", open_channel)
     return kernels
 
 
@@ -210,7 +211,7 @@ def test_ping_ud_established(capsys, hosts, server, cli_on_b):
     assert a["established"] is True and a["qp_num"] is None
     assert set(a["steps"]) == {"addr", "route", "connect"}
     assert a["peer"]["qkey"] == 0x01234567
-    assert a["peer"]["ah"]["dgid"] == "::ffff:10.9.0.1" == cli._ip_text(hosts[0].gid())
+    assert a["peer"]["ah"]["dgid"] == "::ffff:10.9.0.1" == output._ip_text(hosts[0].gid())
 
 
 def test_ping_ud_no_listener_is_unreachable_1(capsys, hosts, cli_on_b):

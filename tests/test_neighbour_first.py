@@ -4,7 +4,8 @@ pre-check says it needs resolving (the kernel's own answer is tested in the lab)
 import dataclasses
 import ipaddress
 
-from pyrdmacm import cli, precheck
+from pyrdmacm import precheck
+from pyrdmacm.cli import resolve as cli
 from pyrdmacm.netlink import NudState
 
 

@@ -1,0 +1,214 @@
+"""``pyrdmacm``: resolve RDMA addresses and say where they land, and why.
+
+Subcommands (``pyrdmacm COMMAND --help`` for each)::
+
+    pyrdmacm resolve DST [--src SRC] [--timeout MS] [--route] [--ps tcp|udp|ipoib|ib] [--json]
+    pyrdmacm route DST [--src SRC] [--json]          prediction only; needs no RDMA at all
+    pyrdmacm devices [--json]                        devices, ports, GID tables, netdevs
+    pyrdmacm probe [--json]                          device node, ABI, commands, netns mode
+    pyrdmacm decode HEX|STRACE-LINE [--reply KIND]   name the fields of a write or a reply
+    pyrdmacm conformance [--json] [--local ADDR] [--case NAME]...
+                                                     check the running kernel's rdma_cm contract
+    pyrdmacm ping DST[:PORT] [--src SRC] [--ps tcp|udp] [--count N] [--private-data HEX]
+                  [--timeout MS] [--timewait] [--json]
+                                                     connect N times, time each step, show the peer
+    pyrdmacm listen [ADDR:]PORT [--ps tcp|udp] [--count N] [--reject] [--private-data HEX] [--json]
+                                                     show each request and its events; accept or reject
+
+The exit status is the same for every subcommand (``EXIT_CODES``, shown by
+``--help`` and docs/cli.md): 0 success, 1 a failure event, 2 the kernel
+refused (or would refuse, or ``--strict`` refused), 3 bad input, 4 no usable
+RDMA here, 130 interrupted.
+
+Addresses are written as the library takes them (``10.0.0.2``,
+``10.0.0.2:7471``, ``fe80::1%eth0``, ``[fe80::1%eth0]:7471``, ``gid:...``) or as
+host names, looked up as rping does (getaddrinfo, its first answer; the one
+taken is shown); ``-n``/``--numeric`` looks up no names.  The address parsed
+here is the one the pre-check and the library get.
+
+``ping`` makes the connection a client would, without a QP: RESOLVE_ADDR, RESOLVE_ROUTE,
+CONNECT (a QP number allocated unique in the process; the peer's data would go there),
+on CONNECT_RESPONSE the RTU (ESTABLISH), then DISCONNECT and, on DISCONNECTED, DESTROY
+(``--timewait``: after TIMEWAIT_EXIT); with ``--ps udp`` a SIDR exchange, ESTABLISHED
+with the peer's QP number, qkey and address handle, and no disconnect (UD has none).
+Its port defaults to 7471, the port of librdmacm's examples (ucmatose, cmtime); rping
+and udaddy use 7174.  ``listen`` binds (address 0.0.0.0 by default), listens, and for
+each CONNECT_REQUEST prints who asked, then accepts (``--reject``: rejects) it and
+prints what follows (ESTABLISHED, DISCONNECTED, TIMEWAIT_EXIT); its ``--json`` is one
+object per line, flushed at once, for scripts that follow it.  Received private data
+is shown whole: the kernel gives the message's field (REQ 56, REP 196, REJ 148, SIDR
+REQ 180, SIDR REP 136 bytes), the sender's data padded with zeros.
+
+``resolve`` shows a progress line on stderr while it waits longer than a
+second for an event, when stderr is a terminal (or always with ``--progress``).
+
+The package, by job: ``output`` (exit codes, JSON and text, the error line), ``inputs``
+(command-line values, checked), ``route`` (the prediction), ``resolve``, ``diag``
+(devices, probe, decode, conformance), ``conn`` (what ping and listen share), ``ping``,
+``listen``; here, the parser and the dispatch, which imports a subcommand's module only
+when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable, Optional, Sequence
+
+from .inputs import DEFAULT_PORT
+from .output import (EXIT_CODES, EXIT_EVENT, EXIT_INTERRUPTED, EXIT_KERNEL, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _err,
+                     _refused_exit, _text, exit_codes_text)
+
+__all__ = ["EXIT_CODES", "EXIT_EVENT", "EXIT_INTERRUPTED", "EXIT_KERNEL", "EXIT_NODEV", "EXIT_OK", "EXIT_USAGE",
+           "build_parser", "exit_codes_text", "main"]
+
+
+def _command(module: str, name: str) -> Callable[[argparse.Namespace], int]:
+    """The subcommand ``name`` of this package's ``module``, imported when it runs: each
+    subcommand loads its own module (and, inside its functions, what it needs) and no other."""
+
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+
+        func: Callable[[argparse.Namespace], int] = getattr(importlib.import_module("." + module, __name__), name)
+        return func(args)
+
+    return run
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its refusals (an unknown option, a missing argument, a bad choice) exiting
+    with EXIT_USAGE, as every other refusal of bad input does (argparse's own 2 would say "the
+    kernel refused"); every subcommand's --help ends with the exit-code table."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        kw.setdefault("epilog", exit_codes_text())
+        kw.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*a, **kw)
+
+    def error(self, message: str) -> Any:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, "%s: error: %s\n" % (self.prog, message))
+
+
+def _numeric_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-n", "--numeric", action="store_true",
+                   help="look up no host names: DST and --src must be addresses (as `ip -n`, `ping -n`)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
+    p = _Parser(prog="pyrdmacm", description=__doc__.split("\n\n")[0])
+    p.add_argument("--version", action="version", version="pyrdmacm %s" % __version__)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    dst_help = ("10.0.0.2, 10.0.0.2:7471, fe80::1%%eth0, [fec0::2]:7471, gid:fe80::2:c903:0:1, or a host name "
+                "(looked up as rping does: getaddrinfo's first answer)")
+
+    r = sub.add_parser("resolve", help="resolve DST as rdma_resolve_addr does; show prediction and result")
+    r.add_argument("dst", metavar="DST", help=dst_help)
+    r.add_argument("--src", help="source address to bind (default: the routing tables choose)")
+    r.add_argument("--timeout", default="2000", metavar="MS",
+                   help="the resolutions' timeout in ms, 1..4294967295 (default 2000)")
+    r.add_argument("--route", action="store_true", help="also resolve the route and show the path record")
+    r.add_argument("--ps", default="tcp", choices=["tcp", "udp", "ipoib", "ib"], help="port space (default tcp)")
+    r.add_argument("--json", action="store_true", help="JSON output for scripts")
+    r.add_argument("--strict", action="store_true", help="pre-check warnings become errors (nothing is sent)")
+    r.add_argument("--no-precheck", action="store_true", help="ask the kernel only")
+    r.add_argument("--neighbour-first", action="store_true",
+                   help="resolve the next hop (ARP/ND) before asking the kernel, when the pre-check says it "
+                        "needs it: a cold resolve then need not wait for its timeout")
+    r.add_argument("--progress", action="store_true",
+                   help="show a progress line on stderr during long waits even when it is not a terminal")
+    _numeric_flag(r)
+    r.set_defaults(func=_command("resolve", "cmd_resolve"))
+
+    rt = sub.add_parser("route", help="predict where DST will land (routing tables, RDMA devices); "
+                                      "needs no RDMA device: says what is missing")
+    rt.add_argument("dst", metavar="DST", help=dst_help)
+    rt.add_argument("--src", help="the source address resolve would bind")
+    rt.add_argument("--json", action="store_true", help="JSON output for scripts")
+    rt.add_argument("--strict", action="store_true", help="warnings become errors (exit 2)")
+    _numeric_flag(rt)
+    rt.set_defaults(func=_command("route", "cmd_route"))
+
+    d = sub.add_parser("devices", help="RDMA devices, ports, GID tables and netdevs (no libibverbs)")
+    d.add_argument("--json", action="store_true", help="JSON output for scripts")
+    d.set_defaults(func=_command("diag", "cmd_devices"))
+
+    pr = sub.add_parser("probe", help="the device node, ABI version, netns mode and kernel version")
+    pr.add_argument("--json", action="store_true", help="JSON output for scripts")
+    pr.set_defaults(func=_command("diag", "cmd_probe"))
+
+    dc = sub.add_parser("decode", help="decode a command write or a reply buffer (hex, or a line of strace -xx -s 4096 "
+                        "-e trace=write -P /dev/infiniband/rdma_cm)")
+    dc.add_argument("data", nargs="*", help="hex bytes or an strace write(...) line (default: stdin)")
+    dc.add_argument("--reply", metavar="KIND", help="decode a reply: CREATE_ID, GET_EVENT, QUERY:ADDR, QUERY:PATH, ...")
+    dc.set_defaults(func=_command("diag", "cmd_decode"))
+
+    cf = sub.add_parser("conformance", help="check the running kernel's rdma_cm contract (bad input answered "
+                                            "with the documented errno, known bugs fixed)")
+    cf.add_argument("--json", action="store_true", help="JSON output for scripts")
+    cf.add_argument("--local", metavar="ADDR",
+                    help="an IPv4 address of an RDMA netdev, for the cases that resolve (default: found in sysfs)")
+    cf.add_argument("--case", action="append", default=[], metavar="NAME", help="run only this case (repeatable)")
+    cf.add_argument("--list", action="store_true", help="list the cases (name and what each checks) and exit")
+    cf.add_argument("--ktap", action="store_true", help="KTAP version 1 output, as kselftest harnesses read it")
+    cf.set_defaults(func=_command("diag", "cmd_conformance"))
+
+    pg = sub.add_parser("ping", help="connect to DST as a client would (resolve, connect, RTU, disconnect), "
+                                     "N times; time each step, show what the peer answered")
+    pg.add_argument("dst", metavar="DST[:PORT]", help="10.0.0.2, 10.0.0.2:7471, [fe80::1%%eth0]:7471, peer:7471 "
+                                                      "(port default " + str(DEFAULT_PORT)
+                                                      + ", librdmacm's examples'; rping and udaddy use 7174)")
+    pg.add_argument("--src", help="source address to bind (default: the routing tables choose)")
+    pg.add_argument("--ps", default="tcp", metavar="tcp|udp", help="port space: tcp (RC, the default) or udp "
+                                                                   "(UD: SIDR)")
+    pg.add_argument("--count", metavar="N", help="connections to make, one after the other (default 1)")
+    pg.add_argument("--private-data", metavar="HEX", help="private data for the REQ (at most 56 bytes; "
+                                                          "SIDR REQ: 180)")
+    pg.add_argument("--timeout", default="2000", metavar="MS",
+                    help="the resolutions' timeout in ms, and how long each later step waits (default 2000)")
+    pg.add_argument("--timewait", action="store_true",
+                    help="also wait for TIMEWAIT_EXIT after DISCONNECTED (about 2 s on Soft-RoCE) and time it")
+    pg.add_argument("--json", action="store_true", help="one JSON object: the attempts and a summary")
+    _numeric_flag(pg)
+    pg.set_defaults(func=_command("ping", "cmd_ping"))
+
+    ls = sub.add_parser("listen", help="listen on [ADDR:]PORT; show each request and what follows, "
+                                       "accept (or --reject) it")
+    ls.add_argument("addr", metavar="[ADDR:]PORT", help="7471, 10.0.0.1:7471, [::]:7471 (default address 0.0.0.0)")
+    ls.add_argument("--ps", default="tcp", metavar="tcp|udp", help="port space: tcp (RC, the default) or udp "
+                                                                   "(UD: SIDR)")
+    ls.add_argument("--count", metavar="N", help="stop after N connections have ended (default: run until "
+                                                 "SIGINT or SIGTERM)")
+    ls.add_argument("--reject", action="store_true", help="reject each request (REJ reason 28) instead of "
+                                                          "accepting it")
+    ls.add_argument("--private-data", metavar="HEX", help="private data for the REP (at most 196 bytes; "
+                                                          "SIDR REP: 136) or, with --reject, the REJ (148)")
+    ls.add_argument("--json", action="store_true", help="one JSON object per event, one per line, as they come")
+    ls.set_defaults(func=_command("listen", "cmd_listen"))
+    setattr(p, "_subcommands", {name: sp for name, sp in sub.choices.items()})
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from ..errors import RdmaCmError
+
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # refused by the subcommand's parser, whose usage line fits
+        sub = getattr(parser, "_subcommands", {}).get(getattr(args, "command", None), parser)
+        sub.error("unrecognized arguments: %s" % " ".join(extra))
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return EXIT_OK
+    except RdmaCmError as e:  # a refusal no subcommand expected: still a message, not a traceback
+        _err(_text(e))
+        return EXIT_USAGE if isinstance(e, ValueError) else _refused_exit(getattr(e, "errno", None))

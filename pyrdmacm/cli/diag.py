@@ -1,0 +1,175 @@
+"""The diagnostics: ``devices`` (RDMA devices, ports, GID tables), ``probe`` (the device
+node, the ABI, the commands this kernel knows), ``decode`` (a command write or a reply,
+field by field) and ``conformance`` (the running kernel's rdma_cm contract).
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import sys
+from typing import Any, Dict
+
+from .output import EXIT_EVENT, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _err, _ip_text, _jsonable, _print_json, _text
+
+def _port_mtu_text(p: Any) -> str:
+    if p.active_mtu:
+        return "mtu %d" % p.active_mtu
+    if p.path_mtu:
+        return "mtu %d (rdma_cm's path MTU for %s's %d)" % (p.path_mtu, p.netdev, p.netdev_mtu)
+    return "mtu unknown (neither sysfs nor RDMA netlink tells it)"
+
+
+def _device_json(d: Any) -> Dict[str, Any]:
+    out: Dict[str, Any] = _jsonable(d)
+    out["node_guid"] = d.node_guid_text
+    for pj, p in zip(out["ports"], d.ports):
+        pj["path_mtu"] = p.path_mtu
+    return out
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    from .. import devices
+
+    devs = devices.list_devices()
+    if args.json:
+        _print_json([_device_json(d) for d in devs])
+        return EXIT_OK
+    if not devs:
+        print("no RDMA devices in this network namespace (see `rdma link`, `rdma system`)")
+        return EXIT_OK
+    for d in devs:
+        print("%s: index %s node_guid %s node_type %s (%s)" % (
+            d.name, "unknown (no RDMA netlink)" if d.index is None else d.index, d.node_guid_text,
+            d.node_type.name if d.node_type is not None else "unknown", d.source))
+        for p in d.ports:
+            print("    port %d: %s link_layer %s %s netdev %s" % (
+                p.number, p.state.name if p.state is not None else "state unknown", p.link_layer.value,
+                _port_mtu_text(p), p.netdev or "none"))
+            for g in p.gids:
+                print("        gid %-3d %-40s %-8s %s %s" % (g.index, _ip_text(g.gid), g.type.value, g.netdev or "",
+                                                          g.ip or ""))
+    return EXIT_OK
+
+
+def probe_commands(dev: Any) -> Dict[str, str]:
+    """Which commands this kernel knows, without changing anything (see GuardedHeader)."""
+    from .._device import GuardedHeader
+    from ..abi import COMMANDS, UserCmCmd
+
+    guard = GuardedHeader()
+    out: Dict[str, str] = {}
+    for cmd in UserCmCmd:
+        body, reply = COMMANDS[cmd]
+        size_out = reply.sizeof() if reply is not None else 0
+        err = guard.probe(dev, cmd, body.sizeof() if body is not None else 0, size_out)
+        if err == errno.EINVAL:
+            out[cmd.name] = "no"
+        elif err == errno.ENOSYS:
+            out[cmd.name] = "not implemented (ENOSYS)"
+        elif err in (errno.EFAULT, errno.ENOSPC):
+            out[cmd.name] = "yes"
+        else:
+            out[cmd.name] = "unexpected %s" % errno.errorcode.get(err, err)
+    return out
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from .. import _device
+
+    info: Dict[str, Any] = {"kernel": os.uname().release, "device_node": _device.DEFAULT_PATH}
+    info["abi_version_sysfs"] = _device.read_abi_version_sysfs()
+    try:
+        from .. import netlink
+
+        c = netlink.get_chardev("rdma_cm")
+        info["chardev_netlink"] = {"dev": "%d:%d" % c.dev, "name": c.name, "abi": c.abi} if c else None
+    except Exception as e:
+        info["chardev_netlink"] = "unavailable: %s" % e
+    try:
+        from .. import netlink
+
+        info["netns_mode"] = netlink.sys_netns_mode()
+    except Exception as e:
+        info["netns_mode"] = "unavailable: %s" % e
+    try:
+        dev = _device.KernelDevice()
+    except Exception as e:
+        info["open"] = _text(e)
+        code = EXIT_NODEV
+    else:
+        info["open"] = "ok"
+        info["abi_version"] = dev.abi_version
+        info["commands"] = probe_commands(dev)
+        dev.close()
+        code = EXIT_OK
+    if args.json:
+        _print_json(info)
+    else:
+        for k, v in info.items():
+            if k == "commands":
+                print("commands this kernel knows:")
+                for c, r in v.items():
+                    print("    %-20s %s" % (c, r))
+            else:
+                print("%-18s %s" % (k, v))
+    return code
+
+
+def cmd_decode(args: argparse.Namespace) -> int:
+    from ..decode import decode_command, decode_reply, parse_input
+    from ..errors import DecodeError
+
+    text = " ".join(args.data) if args.data else sys.stdin.read()
+    try:
+        data = parse_input(text)
+        out = decode_reply(args.reply, data) if args.reply else decode_command(data)
+    except DecodeError as e:
+        _err(_text(e))
+        return EXIT_USAGE
+    _print_json(out)
+    return EXIT_OK
+
+
+def cmd_conformance(args: argparse.Namespace) -> int:
+    from .. import conformance
+    from ..errors import DeviceNodeError
+
+    names = [c.name for c in conformance.CASES]
+    unknown = [n for n in args.case if n not in names]
+    if unknown:
+        _err("unknown case %s; the cases are: %s (--list shows them)" % (", ".join(unknown), ", ".join(names)))
+        return EXIT_USAGE
+    if args.json and args.ktap:
+        _err("--json and --ktap: choose one output")
+        return EXIT_USAGE
+    if args.list:  # what the cases are, on any host: no device needed
+        chosen = [c for c in conformance.CASES if not args.case or c.name in args.case]
+        if args.json:
+            _print_json([{"case": c.name, "what": c.what, "needs_local": c.needs_local} for c in chosen])
+        else:
+            width = max(len(c.name) for c in chosen)
+            for c in chosen:
+                print("%-*s  %s" % (width, c.name, c.what))
+        return EXIT_OK
+    try:
+        results = conformance.run(local=args.local, only=args.case)
+    except DeviceNodeError as e:
+        _err(_text(e))
+        return EXIT_NODEV
+    failed = [r for r in results if not r.passed]
+    if args.ktap:
+        sys.stdout.write(conformance.ktap(results, os.uname().release))
+    elif args.json:
+        _print_json({"kernel": os.uname().release, "passed": len(results) - len(failed), "failed": len(failed),
+                     "results": [r.to_dict() for r in results]})
+    else:
+        width = max(len(r.case) for r in results) if results else 4
+        print("%-*s  %-13s %-13s %s" % (width, "case", "expected", "observed", "result"))
+        for r in results:
+            line = "%-*s  %-13s %-13s %s" % (width, r.case, r.expected, r.observed, "pass" if r.passed else "FAIL")
+            print(line + ("  (%s)" % r.detail if r.detail and not r.passed else ""))
+        print("%d cases on Linux %s: %d passed, %d failed"
+              % (len(results), os.uname().release, len(results) - len(failed), len(failed)))
+    return EXIT_OK if not failed else EXIT_EVENT

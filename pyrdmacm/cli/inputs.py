@@ -1,0 +1,157 @@
+"""Values from the command line, checked before anything is sent: addresses (DST, --src,
+listen's [ADDR:]PORT; host names looked up), --timeout, --count, --ps, --private-data.
+
+Each refusal is a :class:`_BadInput` whose message names the flag and what to write instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, List, Optional, Sequence, Tuple
+
+from .output import _ip_text
+
+class _BadInput(Exception):
+    """A command-line value that cannot be used: the message says which and what to do."""
+
+
+def _address(text: str, what: str, numeric: bool, port: Optional[int] = None, family: int = 0) -> Tuple[Any, Any]:
+    """``(Address, HostName or None)``: what the user wrote for ``what`` (DST, --src ...),
+    a host name looked up unless ``numeric``; the Address is what the pre-check and the
+    library get."""
+    from ..addr import host_name, lookup_host, parse_address
+    from ..errors import UsageError
+
+    try:
+        if numeric:
+            return parse_address(text, port), None
+        return lookup_host(text, port, family=family)
+    except UsageError as e:
+        if numeric and host_name(text) is not None:
+            raise _BadInput("%s %r is a host name, and -n/--numeric looks up none: write an IP address"
+                            % (what, text)) from None
+        raise _BadInput("%s: %s" % (what, e)) from None
+
+
+def _family_text(a: Any) -> str:
+    from ..addr import AF_IB
+
+    return "an InfiniBand GID" if a.family == AF_IB else "IPv%d" % a.ip.version
+
+
+def _dst_src(args: argparse.Namespace, port: Optional[int] = None) -> Tuple[Any, Any, List[Any]]:
+    """DST and --src as Addresses (the source first: a DST name is looked up in its family),
+    and the host names looked up."""
+    numeric = getattr(args, "numeric", False)
+    src, src_name = _address(args.src, "--src", numeric) if args.src else (None, None)
+    dst, dst_name = _address(args.dst, "DST", numeric, port, src.family if src is not None else 0)
+    if src is not None and (src.family != dst.family or src.ip.version != dst.ip.version):
+        raise _BadInput("--src %s is %s but DST %s is %s: give a --src of the destination's family, or none"
+                        % (args.src, _family_text(src), args.dst, _family_text(dst)))
+    return dst, src, [n for n in (dst_name, src_name) if n is not None]
+
+
+def _addr_text(a: Any) -> str:
+    """An Address as the user wrote it, port left out (it does not change where it lands)."""
+    from ..addr import AF_IB
+
+    if a is None:
+        return None  # type: ignore[return-value]
+    if a.family == AF_IB:
+        return "gid:%s" % a.ip
+    if a.scope_id:
+        from ..addr import _zone_name
+
+        return "%s%%%s" % (a.ip, _zone_name(a.scope_id))
+    return str(a.ip)
+
+
+def _timeout_ms(text: str) -> int:
+    try:
+        n = int(text, 10) if text.isascii() else 0
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 0xFFFFFFFF:
+        raise _BadInput("bad --timeout %r: give milliseconds, a whole number from 1 to 4294967295" % text)
+    return n
+
+
+#: the port of librdmacm's examples (ucmatose, cmtime, rdma_server ...) and of rdma-core's tests;
+#: rping and udaddy use 7174
+DEFAULT_PORT = 7471
+
+
+def _count(text: Optional[str], default: Optional[int]) -> Optional[int]:
+    if text is None:
+        return default
+    try:
+        n = int(text, 10)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise _BadInput("bad --count %r: give a whole number of connections, 1 or more" % text)
+    return n
+
+
+def _port_space(text: str) -> Any:
+    from ..abi import PortSpace
+
+    if text.lower() not in ("tcp", "udp"):
+        raise _BadInput("bad --ps %r: give tcp (RC connections) or udp (UD: SIDR)" % text)
+    return PortSpace[text.upper()]
+
+
+def _private_data_arg(text: Optional[str], limits: Sequence[Tuple[str, int]]) -> bytes:
+    """``--private-data HEX`` as bytes, checked against the messages it goes in:
+    ``limits`` is ``[(message, family), ...]``."""
+    from ..abi import cm_private_data_limit
+
+    if text is None:
+        return b""
+    digits = text.strip()
+    if digits[:2].lower() == "0x":
+        digits = digits[2:]
+    digits = digits.replace(":", "").replace(" ", "")
+    try:
+        data = bytes.fromhex(digits)
+    except ValueError:
+        raise _BadInput("bad --private-data %r: not hex; give pairs of hex digits (68656c6c6f is 'hello')"
+                        % text) from None
+    for message, family in limits:
+        limit = cm_private_data_limit(message, family)
+        if len(data) > limit:
+            raise _BadInput("--private-data is %d bytes; a %s of this id carries at most %d: give at most %d "
+                            "bytes (%d hex digits)" % (len(data), message.replace("_", " "), limit, limit,
+                                                      2 * limit))
+    return data
+
+
+def _explicit_port(text: str) -> bool:
+    """Whether an address as written carries a port (``10.0.0.2:7471``, ``[fe80::1%eth0]:7471``)."""
+    import re
+
+    return re.fullmatch(r"\[[^\]]*\]:[^:]*|[^:\[\]]+:[^:]*", text.strip()) is not None
+
+
+def _listen_addr(text: str) -> Any:
+    from ..addr import parse_address
+    from ..errors import UsageError
+
+    t = text.strip()
+    if t.isdigit() and t.isascii():
+        port = int(t)
+        host = "0.0.0.0"
+        text_addr = "%s:%d" % (host, port)
+        if not 1 <= port <= 0xFFFF:
+            raise _BadInput("bad port %r: give a port 1..65535 (librdmacm's examples use %d)" % (text, DEFAULT_PORT))
+    else:
+        text_addr = t
+    try:
+        a = parse_address(text_addr)
+    except UsageError as e:
+        raise _BadInput("%s (listen takes PORT or ADDR:PORT, e.g. %d or 10.0.0.1:%d)"
+                        % (e, DEFAULT_PORT, DEFAULT_PORT)) from None
+    if not a.port:
+        raise _BadInput("no port in %r: give PORT or ADDR:PORT with a port 1..65535 (e.g. %d or %s:%d)"
+                        % (text, DEFAULT_PORT, _ip_text(a.ip), DEFAULT_PORT))
+    return a

@@ -179,23 +179,24 @@ def destroy(self: "CmId") -> int:
     except IndexError:  # another thread has it
         reply = ReplyBuffer(DESTROY_REPLY_SIZE)
     data = _DESTROY_CMD(H_DESTROY, reply.address, self.handle, 0)
-    # off the registry first: an event another thread reads meanwhile is dropped, as the
-    # kernel drops the id's queued events
     old = self._state
-    self._state = _DESTROYED
-    ids = ch._ids
-    ids.pop(self.uid, None)
+    self._state = _DESTROYED  # no call of the id from here on; its events read meanwhile stay its
     try:
         n = ch._write(data)
     except OSError as e:
         pool.append(reply)
         if not ch.closed:  # refused: the id lives on (a closed channel destroyed it anyway)
             self._state = old
-            ids[self.uid] = self
         raise ch._refused(e, "DESTROY_ID", {}) from None
     if n != N_DESTROY:
         pool.append(reply)
         raise ch._short(n, data, "DESTROY_ID")
+    # Off the registry after DESTROY_ID: the kernel queues no event of the id from now on, and
+    # one that a reader took before (counted in events_reported) must still find its id -- in
+    # the grave while that reader holds the guard (it empties the grave when it lets go).
+    if not ch._reader_slot:
+        ch._grave[self.uid] = self
+    ch._ids.pop(self.uid, None)
     reported: int = reply.u32[0]
     pool.append(reply)
     if self._unacked:
@@ -211,7 +212,7 @@ def destroy_many(channel: "EventChannel", ids: "List[CmId]") -> List[int]:
     out: List[int] = []
     append = out.append
     table, pool = channel._ids, channel._destroy_replies
-    pop = table.pop
+    pop, write, slot, grave = table.pop, channel._write, channel._reader_slot, channel._grave
     try:
         reply = pool.pop()
     except IndexError:
@@ -223,16 +224,17 @@ def destroy_many(channel: "EventChannel", ids: "List[CmId]") -> List[int]:
             data = _DESTROY_CMD(H_DESTROY, address, cm_id.handle, 0)
             old = cm_id._state
             cm_id._state = _DESTROYED
-            pop(cm_id.uid, None)
             try:
-                written = channel._write(data)
+                written = write(data)
             except OSError as e:
                 if not channel.closed:
                     cm_id._state = old
-                    table[cm_id.uid] = cm_id
                 raise channel._refused(e, "DESTROY_ID", {}) from None
             if written != N_DESTROY:
                 raise channel._short(written, data, "DESTROY_ID")
+            if not slot:  # a reader holds the guard: see destroy()
+                grave[cm_id.uid] = cm_id
+            pop(cm_id.uid, None)
             append(u32[0])
             if cm_id._unacked:
                 unacked.append(cm_id)
@@ -358,11 +360,19 @@ def get_event(self: "EventChannel", timeout: Optional[float] = None) -> Optional
                 event = self._dispatch(self._event_view)
                 if event is not None:
                     return event
-                continue  # dropped: read the next
+                # dropped (its id destroyed meanwhile): read the next, within the deadline
+                if timeout is not None:
+                    if deadline is _UNSET:
+                        deadline = _monotonic() + timeout
+                    elif _monotonic() >= deadline:
+                        return None
+                continue
             cm_id._cache = None
             cm_id._unacked += 1
             return _new_event(Event, (ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE, None, None))
     finally:
+        if self._grave:  # ids destroyed while this reader held the guard: no event of theirs can come now
+            self._grave.clear()
         if self.closed:
             self._waker.close()
         slot.append(True)
@@ -384,6 +394,7 @@ def get_events(self: "EventChannel", max_events: int = 64, timeout: Optional[flo
         raise self._busy() from None
     out: List[Event] = []
     append = out.append
+    deadline: Any = _UNSET
     try:
         if self._wait_first:  # a sync id's channel: wait first (see _wait_event)
             first = self._get_event(timeout)
@@ -420,6 +431,13 @@ def get_events(self: "EventChannel", max_events: int = 64, timeout: Optional[flo
                 event = self._dispatch(view)
                 if event is not None:
                     out.append(_acked(event) if ack else event)
+                elif out:
+                    break  # dropped (its id destroyed meanwhile): the burst ends; the rest stays queued
+                elif timeout is not None:  # dropped, nothing read yet: read on, within the deadline
+                    if deadline is _UNSET:
+                        deadline = _monotonic() + timeout
+                    elif _monotonic() >= deadline:
+                        break
             else:
                 cm_id._cache = None
                 if not ack:
@@ -427,6 +445,8 @@ def get_events(self: "EventChannel", max_events: int = 64, timeout: Optional[flo
                 append(_new_event(Event, (ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE, None, None)))
         return out
     finally:
+        if self._grave:  # ids destroyed while this reader held the guard: no event of theirs can come now
+            self._grave.clear()
         if self.closed:
             self._waker.close()
         slot.append(True)

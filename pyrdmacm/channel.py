@@ -55,10 +55,10 @@ _QP_RC = abi.QpType.RC
 _TCP_RC = rules_for(_PS_TCP, _QP_RC)
 _CONNECT_REQUEST = E.CONNECT_REQUEST
 _DISCONNECTED = E.DISCONNECTED
-_DISCONNECTED_STATE = State.DISCONNECTED
 _DESTROYED = State.DESTROYED
 _new_object = object.__new__
 _GET_EVENT = wire.COMMAND["GET_EVENT"]
+_DISCONNECT_CMD, _H_DISCONNECT = wire.COMMAND["DISCONNECT"].pack, wire.COMMAND["DISCONNECT"].header
 _NOTHING = object()
 
 
@@ -104,6 +104,9 @@ class EventChannel:
         self._reader_slot = [True]
         #: the thread id of a reader waiting in get_event (named in the refusal of a second one)
         self._reader: Optional[int] = None
+        #: ids destroyed while a reader held the guard: an event it had read already still finds
+        #: its id here (emptied when the reader lets go; see :func:`pyrdmacm._hot.destroy`)
+        self._grave: Dict[int, CmId] = {}
         self._pid = os.getpid()
         #: the opening process's id while the channel is open, 0 once closed: the hot paths
         #: check "open, and not a forked child" with one comparison (``_live != PID``)
@@ -255,6 +258,8 @@ class EventChannel:
         try:
             return self._get_event(timeout)
         finally:
+            if self._grave:
+                self._grave.clear()
             if self.closed:
                 self._waker.close()
             slot.append(True)
@@ -303,6 +308,8 @@ class EventChannel:
                 ev = self._dispatch(buf.view)
                 if ev is not None:
                     return ev
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None  # only dropped events came (ids destroyed meanwhile) until the deadline
                 continue
             if not self._wait_readable(deadline):
                 return None
@@ -357,34 +364,29 @@ class EventChannel:
         if cm_id is None:
             membership = self._mcs.get(uid)
             if membership is None:
-                return None  # an id destroyed (or a group left) meanwhile: its event is dropped
-            cm_id = membership.id
-        if cm_id._state is _DESTROYED:
-            return None
+                # an id destroyed while this reader held the event: still the caller's (the
+                # kernel counted it in events_reported); else a group left meanwhile: dropped
+                cm_id = self._grave.get(uid)
+                if cm_id is None:
+                    return None
+            else:
+                cm_id = membership.id
         listen_id = None
         if ev is _CONNECT_REQUEST:
+            # a request read before its listener's DESTROY_ID returned is handed out too: its
+            # id is the caller's to accept, reject or destroy (else the peer waits unanswered)
             listen_id = cm_id
             cm_id = request_id(self, handle, listen_id)
-        else:
-            before = cm_id._state
-            cm_id._state = after_event(cm_id.kind, before, ev)
+        elif cm_id._state is not _DESTROYED:
+            cm_id._state = after_event(cm_id.kind, cm_id._state, ev)
             cm_id._cache = None
-            if ev is _DISCONNECTED and before is not _DISCONNECTED_STATE and self.answer_disconnect:
-                self._answer_dreq(cm_id)
+            if ev is _DISCONNECTED and self.answer_disconnect:
+                _answer_dreq(cm_id)
         event = Event(ev, status, cm_id, handle, raw, ece, listen_id, membership)
         if listen_id is not None:
             cm_id._request = event
         cm_id._unacked += 1
         return event
-
-    def _answer_dreq(self, cm_id: CmId) -> None:
-        """The peer disconnected (DISCONNECTED, and this side had not): send the DREP now
-        (DISCONNECT), so the peer's disconnect completes.  A refusal changes nothing (the
-        connection is gone either way) and is not the reader's concern."""
-        try:
-            self.submit(wire.COMMAND["DISCONNECT"].encode(cm_id.handle), "DISCONNECT")
-        except (KernelError, StateError):
-            pass
 
     def _private(self) -> "EventChannel":
         """A new channel on the same device, for one sync id (librdmacm's private channel)."""
@@ -517,3 +519,30 @@ def _fd_closed_behind() -> StateError:
         "the event channel's fd was closed behind its back (EBADF: os.close() on its fileno()?); "
         "close channels with close(), and open a new EventChannel"
     )
+
+
+def _answer_dreq(cm_id: CmId) -> None:
+    """DISCONNECTED came (the peer's DREQ, or the DREP of ours): send DISCONNECT, which answers
+    a DREQ with the DREP (so the peer's disconnect completes, and both ends reach timewait when
+    two DREQs crossed) and does nothing otherwise.  Written on the id's own channel: an id
+    migrated after the reader took the event is on another fd now.  If MIGRATE_ID is moving
+    the id right now, the write is refused on the old fd; migrate() then sends it on the new
+    one (whichever of the two takes the pending answer first sends it, once)."""
+    data = _DISCONNECT_CMD(_H_DISCONNECT, cm_id.handle)
+    ch = cm_id.channel
+    try:
+        ch._write(data)
+        return
+    except OSError:
+        if cm_id.channel is ch:  # refused where the id still is: the connection is gone either way
+            pending = cm_id._drep = [True]
+            if cm_id.channel is ch:
+                return  # a migrate() in flight finds it (see CmId.migrate)
+            try:
+                pending.pop()
+            except IndexError:
+                return  # migrate() took it
+    try:  # moved meanwhile: on its new channel
+        cm_id.channel._write(data)
+    except OSError:
+        pass

@@ -168,6 +168,7 @@ class CmId:
         "_qpn",
         "_request",
         "_mcs",
+        "_drep",
         "__weakref__",
     )
 
@@ -182,6 +183,8 @@ class CmId:
     _request: Event
     _qpn: int
     _mcs: Dict[int, "Membership"]
+    #: a DREP the old channel's reader could not send during migrate() (see channel._answer_dreq)
+    _drep: List[bool]
 
     def __init__(
         self,
@@ -750,10 +753,25 @@ class CmId:
                 channel._mcs.pop(m.uid, None)
             raise
         if self.uid:
+            if not old._reader_slot:  # an event the old channel's reader holds still finds the id
+                old._grave[self.uid] = self
             old._ids.pop(self.uid, None)
         for m in mcs:
             old._mcs.pop(m.uid, None)
         self.channel = channel
+        # the old channel's reader answered a DISCONNECTED of this id while MIGRATE_ID moved it,
+        # and the kernel refused that DREP on the old fd: send it here (channel._answer_dreq)
+        pending = getattr(self, "_drep", None)
+        if pending:
+            try:
+                pending.pop()
+            except IndexError:
+                pass  # the reader took it after all
+            else:
+                try:
+                    channel.submit(_DISCONNECT(_H_DISCONNECT, self.handle), "DISCONNECT")
+                except (KernelError, StateError):
+                    pass
         reported: int = reply.u32[0]
         return reported
 
@@ -1128,14 +1146,15 @@ def destroy_reference(cm_id: CmId) -> int:
     reply = ReplyBuffer(_CMD["DESTROY_ID"].out)
     old = cm_id._state
     cm_id._state = _DESTROYED
-    ch._ids.pop(cm_id.uid, None)
     try:
         ch.submit(_CMD["DESTROY_ID"].encode(reply.address, cm_id.handle, 0), "DESTROY_ID")
     except BaseException:
         if not ch.closed:
             cm_id._state = old
-            ch._ids[cm_id.uid] = cm_id
         raise
+    if not ch._reader_slot:
+        ch._grave[cm_id.uid] = cm_id
+    ch._ids.pop(cm_id.uid, None)
     if cm_id._unacked:
         warnings.warn(ch._unacked_warning([cm_id], True), stacklevel=2)
     reported: int = reply.u32[0]

@@ -944,3 +944,19 @@ def test_close_at_the_fd_limit_does_not_raise(world: World, monkeypatch):
         cm = CmId(ch)
         cm.resolve_addr(world.local, timeout_ms=2000)
         assert wait(ch).event is E.ADDR_RESOLVED
+
+
+def test_a_node_that_is_not_rdma_cm_is_refused_at_open(world: World, monkeypatch):
+    """PYRDMACM_DEVICE naming another character device (/dev/null takes every write and
+    answers nothing) is refused when the channel opens, naming the node; nothing is left open."""
+    import os
+
+    from pyrdmacm.errors import DeviceNodeError
+
+    EventChannel(world.transport()).close()
+    before = sorted(os.listdir("/proc/self/fd"))
+    monkeypatch.setenv("PYRDMACM_DEVICE", os.devnull)
+    with pytest.raises(DeviceNodeError) as e:
+        EventChannel()
+    assert e.value.errno == errno.ENODEV and os.devnull in str(e.value) and "rdma_cm" in str(e.value)
+    assert sorted(os.listdir("/proc/self/fd")) == before

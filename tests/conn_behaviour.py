@@ -25,6 +25,7 @@ from pyrdmacm.abi import NotifyEvent, OptionId, QpAttrMask, QpState, RejectReaso
 from pyrdmacm.errors import EventError, KernelError, StateError, UsageError
 from pyrdmacm.conformance import known_bug
 from pyrdmacm.records import ConnParam, UdParam
+from pyrdmacm.events import decode_event_head
 
 _ports = itertools.count(20000 + os.getpid() % 1000 * 20)
 
@@ -519,3 +520,155 @@ def test_a_sync_listener_survives_a_rejected_request(link: Link):
     accepted = results[0].id
     accepted.destroy()  # on its own channel, which closes with it: nothing is left in the kernel
     assert accepted.channel.closed
+
+
+def _read_until(channels: List[EventChannel], done: Callable[[List[Any]], bool], seconds: float) -> List[Any]:
+    """Read (and ack) the channels' events until ``done(events so far)`` or ``seconds`` passed."""
+    got: List[Any] = []
+    deadline = time.monotonic() + seconds
+    while not done(got) and time.monotonic() < deadline:
+        for ch in channels:
+            got.extend(ch.get_events(64, 0.02, ack=True))
+    return got
+
+
+def test_crossing_disconnects_reach_timewait_on_both_ends(link: Link):
+    """Both ends of 20 connections call disconnect() back to back, so the DREQs cross: each
+    IB CM then waits in DREQ_RCVD for a DREP, which the channel sends on every DISCONNECTED.
+    Every id gets DISCONNECTED, then TIMEWAIT_EXIT (it used to stop at DISCONNECTED)."""
+    n = 20
+    with link.server() as sc, link.client() as cc:
+        pairs = [handshake(sc, cc, link) for _ in range(n)]
+        ids = [cm for _, req, c in pairs for cm in (req, c)]
+        for _, req, c in pairs:
+            c.disconnect()
+            req.disconnect()
+        seen: dict = {id(cm): [] for cm in ids}
+
+        def done(events: List[Any]) -> bool:
+            return sum(ev.event is E.TIMEWAIT_EXIT for ev in events) >= len(ids)
+
+        for ev in _read_until([sc, cc], done, link.timewait + 10):
+            seen.setdefault(id(ev.id), []).append(ev.event)
+        stuck = [(cm, seen[id(cm)]) for cm in ids if E.TIMEWAIT_EXIT not in seen[id(cm)]]
+        assert not stuck, "%d of %d ids got no TIMEWAIT_EXIT: %s" % (len(stuck), len(ids), stuck[:4])
+        for cm in ids:
+            assert seen[id(cm)].count(E.DISCONNECTED) == 1 and seen[id(cm)][-1] is E.TIMEWAIT_EXIT, seen[id(cm)]
+            cm.destroy()
+        for lst, _, _ in pairs:
+            lst.destroy()
+
+
+def _held_dispatch(ch: EventChannel, event: E) -> tuple:
+    """Make ``ch``'s reader stop after it read an ``event`` (between GET_EVENT and handing the
+    event out), until released: (read: set when it stopped there, go: release it)."""
+    read, go = threading.Event(), threading.Event()
+    real = ch._dispatch
+
+    def held(view: Any) -> Any:
+        if decode_event_head(view)[2] is event and not read.is_set():
+            read.set()
+            assert go.wait(20)
+        return real(view)
+
+    ch._dispatch = held  # type: ignore[method-assign]
+    return read, go
+
+
+def test_a_request_read_while_its_listener_is_destroyed_is_handed_out(link: Link):
+    """A reader thread has read a CONNECT_REQUEST from the kernel when another thread destroys
+    the listener: the request is still handed out (destroy's events_reported counts it), so
+    its id can be answered; the peer gets the reject (it used to be dropped, the id left in
+    the kernel and the peer unanswered)."""
+    with link.server() as sc, link.client() as cc:
+        lst, dst = serve(sc, link)
+        read, go = _held_dispatch(sc, E.CONNECT_REQUEST)
+        got: List[Any] = []
+        reader = threading.Thread(target=lambda: got.append(sc.get_event(20)))
+        reader.start()
+        c = routed(cc, dst)
+        c.connect()
+        try:
+            assert read.wait(20), "no CONNECT_REQUEST"
+            reported = lst.destroy()
+        finally:
+            go.set()
+            reader.join(20)
+        ev = got[0]
+        assert ev is not None and ev.event is E.CONNECT_REQUEST and ev.listen_id is lst, got
+        assert reported == 1  # the kernel counted the request handed to the reader
+        ev.ack()
+        ev.id.reject(b"listener gone")
+        rej = wait(cc, E.REJECTED, status=RejectReason.CONSUMER_DEFINED)
+        assert rej.private_data.startswith(b"listener gone")
+        ev.id.destroy()
+        c.destroy()
+
+
+def test_a_listener_destroyed_during_a_burst_hands_out_what_destroy_reports(link: Link):
+    """A reader thread takes a burst of requests one at a time (rejecting each) while the main
+    thread destroys the listener, five rounds: what the reader was handed equals the listener's
+    events_reported, and every client gets an answer."""
+    for _ in range(5):
+        with link.server() as sc, link.client() as cc:
+            lst, dst = serve(sc, link)
+            clients = [routed(cc, dst) for _ in range(12)]
+            handed: List[Any] = []
+            stop = threading.Event()
+
+            def read() -> None:
+                while not stop.is_set():
+                    ev = sc.get_event(0.05)
+                    if ev is not None and ev.event is E.CONNECT_REQUEST:
+                        handed.append(ev)
+                        ev.ack()
+                        ev.id.reject()
+
+            reader = threading.Thread(target=read)
+            reader.start()
+            try:
+                for c in clients:
+                    c.connect()
+                while len(handed) < 4:
+                    time.sleep(0.001)
+                reported = lst.destroy()
+            finally:
+                time.sleep(0.3)
+                stop.set()
+                reader.join(20)
+            assert len(handed) == reported, (len(handed), reported)
+            answers = _read_until([cc], lambda evs: len(evs) >= len(clients), 10.0)
+            answered = {ev.id for ev in answers if ev.event in (E.REJECTED, E.UNREACHABLE)}
+            assert answered == set(clients), "%d of %d clients unanswered" % (len(clients) - len(answered), len(clients))
+            for c in clients:
+                c.destroy()
+            for ev in handed:
+                ev.id.destroy()
+
+
+def test_a_dreq_read_before_a_migration_is_answered_on_the_new_channel(link: Link):
+    """The server's reader has read the peer's DISCONNECTED (its DREQ) when another thread
+    migrates the id to another channel: the DREP goes out on the id's new fd, so the peer's
+    disconnect completes (DISCONNECTED with status 0, then TIMEWAIT_EXIT) and so does this
+    side's (it used to be written on the old fd, refused, and dropped)."""
+    with link.server() as sc, link.client() as cc, link.server() as moved:
+        lst, req, c = handshake(sc, cc, link)
+        read, go = _held_dispatch(sc, E.DISCONNECTED)
+        got: List[Any] = []
+        reader = threading.Thread(target=lambda: got.append(sc.get_event(20)))
+        reader.start()
+        c.disconnect()
+        try:
+            assert read.wait(20), "no DISCONNECTED"
+            req.migrate(moved)
+        finally:
+            go.set()
+            reader.join(20)
+        ev = got[0]
+        assert ev is not None and ev.event is E.DISCONNECTED and ev.id is req, got
+        ev.ack()
+        wait(cc, E.DISCONNECTED, 5)  # status 0: the DREP came
+        wait(cc, E.TIMEWAIT_EXIT, link.timewait)
+        wait(moved, E.TIMEWAIT_EXIT, link.timewait)
+        for cm in (c, req, lst):
+            cm.destroy()

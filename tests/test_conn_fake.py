@@ -12,7 +12,8 @@ TIMEWAIT_MS = 50
 
 @pytest.fixture
 def link():
-    with FakeFabric(timewait_ms=TIMEWAIT_MS) as fab:
+    # DREQs take a few ms to arrive, so that two disconnects sent back to back cross, as between hosts
+    with FakeFabric(timewait_ms=TIMEWAIT_MS, dreq_latency_ms=5) as fab:
         server, client = fab.host("10.9.0.1"), fab.host("10.9.0.2")
         yield Link(server_transport=server, client_transport=client, server_ip="10.9.0.1",
                    client_ip="10.9.0.2", timewait=1.0)

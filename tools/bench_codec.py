@@ -492,14 +492,16 @@ def direct_connections_bare(n, dst):
     handles = {}
     t = [time.perf_counter()]
 
-    def events(name):
+    def events(name, answer=None):
         code = int(E[name])
         for uid in handles:
             put(view, 0, uid, uid, code, 0)
             write(fd, k.get_event)
-            u, _h, e, st = head(view)
+            u, h, e, st = head(view)
             if e != code or st:
                 raise SystemExit("bench_codec: the floor read %r" % ((u, e, st),))
+            if answer is not None:
+                write(fd, answer(h))
         t.append(time.perf_counter())
 
     for uid in range(1, n + 1):
@@ -524,7 +526,9 @@ def direct_connections_bare(n, dst):
     for h in handles.values():
         write(fd, k.h_disconnect + k.disconnect.pack(h))
     t.append(time.perf_counter())
-    events("DISCONNECTED")
+    # DISCONNECTED answered with DISCONNECT (the DREP, should the peer's DREQ have crossed ours),
+    # as pyrdmacm's channel does
+    events("DISCONNECTED", lambda h: k.h_disconnect + k.disconnect.pack(h))
     for h in handles.values():
         write(fd, k.h_destroy + k.destroy.pack(k.addr, h, 0))
     t.append(time.perf_counter())

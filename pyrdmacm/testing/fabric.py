@@ -595,13 +595,17 @@ class FakeFabric:
     ``timewait_ms``: the time from DREQ/DREP to TIMEWAIT_EXIT (the kernel's is about 2 s
     on rxe); ``cm_timeout_ms``: how long a REQ, SIDR REQ or DREQ that nobody answers is
     sent again before it fails with -ETIMEDOUT (the kernel's: about a minute);
-    ``cm_retry_ms``: how often it is sent again meanwhile.
+    ``cm_retry_ms``: how often it is sent again meanwhile; ``dreq_latency_ms``: how long a
+    DREQ takes to reach the peer (0: at once), so that two DREQs sent at about the same
+    moment cross on the wire, as they do between real hosts.
     """
 
-    def __init__(self, *, timewait_ms: float = 50, cm_timeout_ms: float = 1000, cm_retry_ms: float = 20) -> None:
+    def __init__(self, *, timewait_ms: float = 50, cm_timeout_ms: float = 1000, cm_retry_ms: float = 20,
+                 dreq_latency_ms: float = 0) -> None:
         self.timewait_ms = timewait_ms
         self.cm_timeout_ms = cm_timeout_ms
         self.cm_retry_ms = cm_retry_ms
+        self.dreq_latency_ms = dreq_latency_ms
         self._lock = threading.RLock()
         self._hosts: List[FakeHost] = []
         self._by_ip: Dict[str, FakeHost] = {}
@@ -951,17 +955,28 @@ class FakeFabric:
         end.cm = "DREQ_SENT"
         peer = end.peer
         self._log("DREQ", end.host, peer.host if peer else None)
+        # the DREQ waits for the DREP: DREQ_ERROR at cm_timeout_ms
+        end.timer = self._later(self.cm_timeout_ms, lambda: self._dreq_error(end))
+        if self.dreq_latency_ms:
+            self._later(self.dreq_latency_ms, lambda: self._on_dreq(end, peer))
+        else:
+            self._on_dreq(end, peer)
+
+    def _on_dreq(self, end: _End, peer: Optional[_End]) -> None:
+        """``cm_dreq_handler``: the DREQ of ``end`` reaches ``peer``."""
+        if end.cm != "DREQ_SENT":
+            return  # answered or timed out meanwhile
         if peer is None or not peer.alive or peer.cm == "TIMEWAIT":
             # no live cm_id holds the connection there: that CM answers a DREP itself (cm_issue_drep)
             self._log("DREP", peer.host if peer else end.host, end.host)
             self._on_drep(end)
             return
         if peer.cm in ("REP_SENT", "ESTABLISHED", "DREQ_SENT"):
+            # DREQ_SENT too: two DREQs crossed; each end now waits in DREQ_RCVD for a DREP
             self._cancel(peer)
             peer.cm = "DREQ_RCVD"
             peer.kernel._cma_event(peer, E.DISCONNECTED)
-        # the DREQ waits for the DREP (any other state drops it): DREQ_ERROR at cm_timeout_ms
-        end.timer = self._later(self.cm_timeout_ms, lambda: self._dreq_error(end))
+        # any other state drops it
 
     def _dreq_error(self, end: _End) -> None:
         end.timer = None

@@ -629,8 +629,9 @@ class FakeKernel:
             raise _err(errno.EAGAIN)
         q = self._events.pop(0)
         os.read(self._r, 1)
-        # ucma_get_event counts the event on its id, and on its membership too
-        ctx = self._ctx.get(q.handle)
+        # ucma_get_event counts the event on the id it belongs to (a CONNECT_REQUEST's is its
+        # listener's, uevent->ctx), and on its membership too
+        ctx = self._ctx.get(q.owner)
         if ctx is not None:
             ctx.reported += 1
         mc = self._mcs.get(q.mc) if q.mc else None

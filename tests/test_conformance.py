@@ -1,8 +1,14 @@
-"""The conformance runner's pure parts: version-dependent expectations, the CLI's refusals."""
+"""The conformance suite's pure parts (version-dependent expectations, the CLI's refusals,
+KTAP), and the cases that the fake kernel models, run against it."""
 
 import errno
 
-from pyrdmacm import cli, conformance
+import pytest
+
+from pyrdmacm import abi, cli, conformance
+from pyrdmacm.conformance import cases_commands, raw
+from pyrdmacm.testing import FakeKernel
+from pyrdmacm.wire import COMMAND
 
 
 def test_expectations_by_kernel_version():
@@ -79,3 +85,53 @@ def test_the_kernel_log_lines_that_fail_a_case():
         assert bad.search(line), line
     for line in ("rdma_rxe: loaded", "ucma_write: process 181 (python) changed security contexts after opening"):
         assert not bad.search(line), line
+
+
+def test_the_short_replies_are_one_byte_below_the_abi_layers_smallest():
+    assert cases_commands.EVENT_MIN_OUT == abi.MIN_REPLY["rdma_ucm_event_resp"]
+    assert cases_commands.QUERY_ADDR_MIN_OUT == abi.MIN_REPLY["rdma_ucm_query_addr_resp"]
+    assert cases_commands.QUERY_ROUTE_MIN_OUT == abi.MIN_REPLY["rdma_ucm_query_route_resp"]
+    assert raw.REPLY_SIZE == max(c.out for c in COMMAND.values())
+
+
+#: the cases without a local address whose answers the fake kernel models as the kernel gives
+#: them (the others: the fake departs from the kernel, or cannot tell, as with credentials)
+FAKE_MODELS = (
+    "short_write", "unknown_command", "newest_command_on_older_kernels", "get_option", "in_beyond_write",
+    "trailing_bytes_ignored", "create_id_out_short", "create_id_bad_ps", "create_id_null_response", "unknown_id",
+    "destroy_twice", "get_event_out_short", "get_event_empty_nonblocking", "query_addr_out_short",
+    "query_route_out_short", "query_unknown_option", "resolve_route_unbound", "set_option_huge",
+    "set_option_unknown_level", "set_option_tos_wrong_size", "set_option_ack_timeout_ud",
+    "set_option_ib_path_unbound", "migrate_not_rdma_cm", "migrate_unknown_id", "connect_unbound", "notify_unbound",
+    "init_qp_attr_unbound", "join_ip_mcast_unbound", "join_unbound", "leave_unknown",
+    "regression_migrate_vs_destroy",
+)
+
+
+def test_the_cases_the_fake_models_pass_on_it():
+    """The raw writer writes through the device it is given: here a fake of a 6.1 kernel
+    (no RESOLVE_IB_SERVICE yet), which the run closes."""
+    fake = FakeKernel(max_cmd=abi.UserCmCmd.JOIN_MCAST)
+    results = conformance.run(local="10.0.0.1", only=FAKE_MODELS, release="6.1", device=fake)
+    assert [r.case for r in results] == [c.name for c in conformance.CASES if c.name in FAKE_MODELS]
+    assert [r for r in results if not r.passed] == []
+    C = abi.UserCmCmd
+    assert fake.closed and {C.CREATE_ID, C.DESTROY_ID, C.GET_EVENT, C.SET_OPTION} <= {cmd for cmd, *_ in fake.commands}
+
+
+def test_a_case_that_raises_is_an_error_row_and_the_fd_is_checked_after_it(monkeypatch):
+    def broken(ctx):
+        raise OSError(errno.ETIMEDOUT, "no ROUTE_RESOLVED within 3 s")
+
+    case = conformance.Case("broken", "a case whose set-up fails", errno.EINVAL, broken)
+    monkeypatch.setattr(conformance.runner, "CASES", [case])
+    (row,) = conformance.run(local="10.0.0.1", device=FakeKernel())
+    assert (row.observed, row.passed) == ("error", False)
+    assert "set-up failed" in row.detail
+
+
+@pytest.mark.parametrize("name", [c.name for c in conformance.CASES if c.needs_local])
+def test_a_case_that_needs_an_address_does_not_run_without_one(monkeypatch, name):
+    monkeypatch.setattr(conformance.runner, "find_local_ipv4", lambda: None)
+    (row,) = conformance.run(only=[name], device=FakeKernel())
+    assert (row.observed, row.passed) == ("not run", False)

@@ -1,0 +1,50 @@
+"""The kernel bugs the suite found, as data.
+
+A :class:`KernelBug` says what triggers the bug, which kernel it was seen on and the first
+one seen without it.  A case or test whose sequence would trigger it on an affected kernel
+(where it may crash or wedge the kernel) asks :func:`known_bug` and leaves the trigger out
+there, saying so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+__all__ = ["KernelBug", "KNOWN_BUGS", "known_bug"]
+
+
+@dataclass(frozen=True)
+class KernelBug:
+    """One bug: its name, what triggers it and what follows, the kernel ``(major, minor)``
+    it was seen on, the first one seen without it, and the evidence."""
+
+    name: str
+    what: str
+    seen_on: Tuple[int, int]
+    not_seen_from: Tuple[int, int]
+    evidence: str
+
+    def affects(self, version: Tuple[int, int]) -> bool:
+        return version < self.not_seen_from
+
+
+KNOWN_BUGS: Dict[str, KernelBug] = {b.name: b for b in (
+    KernelBug(
+        "path_mig_without_alternate",
+        "NOTIFY(PATH_MIG) on an established connection that has no alternate path: cm_migrate copies "
+        "the unset alternate address vector over the primary one, and the next CM message the id sends "
+        "(the DREP when it is destroyed after the peer's DREQ) dereferences its NULL port: "
+        "'BUG: kernel NULL pointer dereference' in cm_alloc_msg from cm_send_drep_locked, and the "
+        "process closing the fd hangs",
+        (5, 10), (6, 1),
+        "Debian bullseye's 5.10.223 in the lab, every time (connect, accept, NOTIFY COMM_EST, NOTIFY "
+        "PATH_MIG, the client closes, the server closes); 6.1, 6.12 and 7.2 survive the same sequence "
+        "(5.11 to 6.0 not tried)"),
+)}
+
+
+def known_bug(name: str, version: Tuple[int, int]) -> Optional[KernelBug]:
+    """The recorded bug ``name`` if it affects kernel ``version``, else None."""
+    bug = KNOWN_BUGS[name]
+    return bug if bug.affects(version) else None

@@ -47,12 +47,8 @@ from __future__ import annotations
 import ipaddress
 import os
 import struct
-from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
-
-if TYPE_CHECKING:
-    from dataclasses import dataclass
-else:  # the same frozen dataclasses, for less at import (pyrdmacm._frozen)
-    from ._frozen import dataclass
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple, Union
 
 from .errors import UsageError
 
@@ -198,6 +194,13 @@ def _zone_name(index: int) -> str:
         return str(index)
 
 
+#: how a frozen record's own ``__init__`` sets its fields (``dataclass(frozen=True)`` does the same).
+#: Address and HostName are frozen dataclasses whose ``__init__``, ``__eq__``, ``__hash__`` and
+#: ``__repr__`` are written out here, as ``dataclass(frozen=True)`` would make them: it compiles
+#: each one (~0.1 ms apiece on Python 3.11), and every import of the library makes these two
+#: classes.  tests/test_records.py holds them to what ``dataclass(frozen=True)`` makes.
+_SET = object.__setattr__
+
 # (type of ip, family given) -> the family, for the checks' fast path
 _FAST_FAMILY = {
     (ipaddress.IPv4Address, 0): AF_INET,
@@ -246,7 +249,7 @@ def _gid(gid: Any) -> ipaddress.IPv6Address:
     return g
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False, repr=False, eq=False)  # see _SET
 class Address:
     """A socket address for rdma_cm: IPv4, IPv6 (with scope id) or InfiniBand (AF_IB).
 
@@ -263,27 +266,49 @@ class Address:
     sid: int = 0
     sid_mask: int = 0
 
-    def __post_init__(self) -> None:
+    def __init__(self, ip: IPAddress, port: int = 0, scope_id: int = 0, flowinfo: int = 0, family: int = 0,
+                 pkey: int = 0, sid: int = 0, sid_mask: int = 0) -> None:
+        _SET(self, "ip", ip)
+        _SET(self, "port", port)
+        _SET(self, "scope_id", scope_id)
+        _SET(self, "flowinfo", flowinfo)
+        _SET(self, "family", family)
+        _SET(self, "pkey", pkey)
+        _SET(self, "sid", sid)
+        _SET(self, "sid_mask", sid_mask)
         # The common case in one expression (exact types, every field in range);
         # anything else goes through _validate, which says what is wrong.
-        ip, port, scope, flow, pkey, sid, mask = (
-            self.ip, self.port, self.scope_id, self.flowinfo, self.pkey, self.sid, self.sid_mask)
-        fam = _FAST_FAMILY.get((ip.__class__, self.family)) if self.family.__class__ is int else None
+        fam = _FAST_FAMILY.get((ip.__class__, family)) if family.__class__ is int else None
         if (
             fam is not None
-            and port.__class__ is int and scope.__class__ is int and flow.__class__ is int
-            and pkey.__class__ is int and sid.__class__ is int and mask.__class__ is int
-            and 0 <= port <= _U16 and 0 <= scope <= _U32 and 0 <= flow <= _U32
+            and port.__class__ is int and scope_id.__class__ is int and flowinfo.__class__ is int
+            and pkey.__class__ is int and sid.__class__ is int and sid_mask.__class__ is int
+            and 0 <= port <= _U16 and 0 <= scope_id <= _U32 and 0 <= flowinfo <= _U32
             and (
-                (fam == AF_IB and 0 <= pkey <= _U16 and 0 <= sid <= _U64 and 0 <= mask <= _U64)
-                or (not (pkey or sid or mask) and (fam == AF_INET6 or not (scope or flow)))
+                (fam == AF_IB and 0 <= pkey <= _U16 and 0 <= sid <= _U64 and 0 <= sid_mask <= _U64)
+                or (not (pkey or sid or sid_mask) and (fam == AF_INET6 or not (scope_id or flowinfo)))
             )
             and (fam == AF_INET or not getattr(ip, "scope_id", None))
         ):
-            if fam != self.family:
-                object.__setattr__(self, "family", fam)
+            if fam != family:
+                _SET(self, "family", fam)
             return
         self._validate()
+
+    def _values(self) -> Tuple[Any, ...]:
+        return (self.ip, self.port, self.scope_id, self.flowinfo, self.family, self.pkey, self.sid, self.sid_mask)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return self._values() == other._values()
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        return "%s(ip=%r, port=%r, scope_id=%r, flowinfo=%r, family=%r, pkey=%r, sid=%r, sid_mask=%r)" % (
+            (self.__class__.__qualname__,) + self._values())
 
     def _validate(self) -> None:
         ip = self.ip
@@ -310,7 +335,7 @@ class Address:
                     "or 0 to take it from ip" % (family,)
                 )
             family = AF_INET if ip.version == 4 else AF_INET6
-            object.__setattr__(self, "family", family)
+            _SET(self, "family", family)
         _check_int("Address port", self.port, _U16, "0..65535")
         _check_int("Address scope_id", self.scope_id, _U32, "0..4294967295 (an interface index)")
         _check_int("Address flowinfo", self.flowinfo, _U32, "0..0xffffffff")
@@ -683,7 +708,7 @@ def same_family(a: Address, b: Address) -> bool:
     return a.family == b.family
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False, repr=False, eq=False)  # see _SET
 class HostName:
     """A host name and what ``getaddrinfo`` answered for it, in its order; ``chosen`` is
     the address taken (the first answer, of the family asked for)."""
@@ -691,6 +716,23 @@ class HostName:
     name: str
     addresses: Tuple[IPAddress, ...]
     chosen: IPAddress
+
+    def __init__(self, name: str, addresses: Tuple[IPAddress, ...], chosen: IPAddress) -> None:
+        _SET(self, "name", name)
+        _SET(self, "addresses", addresses)
+        _SET(self, "chosen", chosen)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return (self.name, self.addresses, self.chosen) == (other.name, other.addresses, other.chosen)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.addresses, self.chosen))
+
+    def __repr__(self) -> str:
+        return "%s(name=%r, addresses=%r, chosen=%r)" % (self.__class__.__qualname__, self.name, self.addresses,
+                                                          self.chosen)
 
     def __str__(self) -> str:
         others = [str(a) for a in self.addresses if a != self.chosen]

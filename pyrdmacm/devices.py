@@ -44,13 +44,9 @@ import enum
 import ipaddress
 import os
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Type, TypeVar, Union
 
-if TYPE_CHECKING:
-    from dataclasses import dataclass
-else:  # the same frozen dataclasses, for less at import (pyrdmacm._frozen)
-    from ._frozen import dataclass
 
 from ._enum import NamedIntEnum
 from .errors import KernelError

@@ -48,7 +48,8 @@ import random
 import socket
 import struct
 import threading
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from pyroute2 import IPRoute  # type: ignore[import-untyped]
 from pyroute2.netlink import nla, nlmsg  # type: ignore[import-untyped]
@@ -57,10 +58,6 @@ from pyroute2.netlink.exceptions import NetlinkError  # type: ignore[import-unty
 from ._enum import NamedIntEnum
 from .errors import KernelError, UsageError
 
-if TYPE_CHECKING:
-    from dataclasses import dataclass
-else:  # the same frozen dataclasses, for less at import (pyrdmacm._frozen)
-    from ._frozen import dataclass
 
 __all__ = [
     "NETLINK_RDMA",

@@ -65,12 +65,9 @@ from __future__ import annotations
 
 import errno as _errno
 import ipaddress
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-if TYPE_CHECKING:
-    from dataclasses import dataclass
-else:  # the same frozen dataclasses, for less at import (pyrdmacm._frozen)
-    from ._frozen import dataclass
 
 from .devices import Device, GidType, LinkLayer, NodeType, PortState, ipoib_gid, rdma_netdevs
 from .addr import AF_IB, missing_zone, parse_address

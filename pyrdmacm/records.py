@@ -7,112 +7,31 @@ ESTABLISHED carry of the peer's); the datagram parameters of an ESTABLISHED or
 MULTICAST_JOIN event of a UD id (:class:`UdParam`, with its :class:`AhAttr`); the QP
 attributes INIT_QP_ATTR answers (:class:`QpAttr`).  :mod:`pyrdmacm.wire` makes them
 from the bytes and encodes :class:`ConnParam`; nothing here does I/O.
+
+All are ``dataclass(frozen=True)``.  :class:`ConnParam` is defined here, because the
+library's import makes one (the default parameters); the others, which only QUERY,
+INIT_QP_ATTR and datagram ids make, load on their first use from
+:mod:`pyrdmacm._records_later` (a module ``__getattr__``), still this module's.
 """
 
 from __future__ import annotations
 
-import ipaddress
-from typing import TYPE_CHECKING, Optional, Tuple, Union
-
-if TYPE_CHECKING:
-    from dataclasses import dataclass
-else:  # the same frozen dataclasses, for less at import (pyrdmacm._frozen)
-    from ._frozen import dataclass
-
-from .addr import Address
-
-if TYPE_CHECKING:
-    from .abi import QpAttrMask
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 __all__ = ["DeviceRef", "AddrInfo", "PathRecord", "ServiceRecord", "ConnParam", "AhAttr", "UdParam", "QpAttr", "MTU_BYTES",
            "mtu_bytes"]
 
-#: IBTA's MTU code (``enum ib_mtu``) -> bytes
-MTU_BYTES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
+
+#: how ConnParam's own ``__init__`` sets its fields (``dataclass(frozen=True)`` does the same).
+#: ConnParam is a frozen dataclass whose ``__init__``, ``__eq__``, ``__hash__`` and ``__repr__`` are
+#: written out here, as ``dataclass(frozen=True)`` would make them: it compiles each one (~0.1 ms
+#: apiece on Python 3.11), and every import of the library makes this class (and one ConnParam).
+#: tests/test_records.py holds it to what ``dataclass(frozen=True)`` makes.
+_SET = object.__setattr__
 
 
-def mtu_bytes(code: int) -> Optional[int]:
-    """The MTU in bytes of an IBTA MTU code (3 -> 1024); None for a code IBTA does not define."""
-    return MTU_BYTES.get(code)
-
-
-@dataclass(frozen=True)
-class DeviceRef:
-    """The RDMA device an id is bound to, as the kernel named it in QUERY replies.
-
-    ``name`` is None when no device of this host has the index or node GUID the
-    kernel gave (a device removed meanwhile, or a sysfs the process cannot read).
-    """
-
-    name: Optional[str]
-    index: Optional[int]
-    node_guid: int
-
-    def __str__(self) -> str:
-        return self.name or ("ibdev#%d" % self.index if self.index is not None else "guid %016x" % self.node_guid)
-
-
-@dataclass(frozen=True)
-class AddrInfo:
-    """QUERY ADDR's answer: where the id is bound and to what."""
-
-    src: Optional[Address]
-    dst: Optional[Address]
-    device: Optional[DeviceRef]
-    port_num: int
-    pkey: int
-
-
-@dataclass(frozen=True)
-class PathRecord:
-    """One IB path record (IBTA SA PathRecord, as QUERY PATH returns it).
-
-    ``mtu``, ``rate`` and ``packet_life_time`` are IBTA codes (``mtu`` 3 is 1024
-    bytes: :attr:`mtu_bytes`); ``flags`` are ``IB_PATH_*`` (:class:`pyrdmacm.abi.IbPathFlag`).
-    """
-
-    flags: int
-    service_id: int
-    dgid: ipaddress.IPv6Address
-    sgid: ipaddress.IPv6Address
-    dlid: int
-    slid: int
-    raw_traffic: int
-    flow_label: int
-    hop_limit: int
-    traffic_class: int
-    reversible: int
-    numb_path: int
-    pkey: int
-    sl: int
-    mtu_selector: int
-    mtu: int
-    rate_selector: int
-    rate: int
-    packet_life_time_selector: int
-    packet_life_time: int
-    preference: int
-
-    @property
-    def mtu_bytes(self) -> Union[int, None]:
-        """The path MTU in bytes (1024 for code 3); None for a code IBTA does not define."""
-        return mtu_bytes(self.mtu)
-
-
-@dataclass(frozen=True)
-class ServiceRecord:
-    """One IB SA ServiceRecord as QUERY IB_SERVICE returns it (``ib_user_service_rec``,
-    Linux 6.17+): the service's id, the GID and pkey that offer it, its lease, key and name."""
-
-    id: int
-    gid: ipaddress.IPv6Address
-    pkey: int
-    lease: int
-    key: bytes
-    name: str
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False, repr=False, eq=False)  # see _SET
 class ConnParam:
     """Connection parameters (``struct rdma_conn_param``).
 
@@ -146,135 +65,60 @@ class ConnParam:
     qkey: int = 0
     ece: Tuple[int, int] = (0, 0)
 
+    def __init__(self, qp_num: Optional[int] = None, private_data: bytes = b"", responder_resources: int = 0,
+                 initiator_depth: int = 0, flow_control: int = 0, retry_count: int = 7, rnr_retry_count: int = 7,
+                 srq: int = 0, qkey: int = 0, ece: Tuple[int, int] = (0, 0)) -> None:
+        _SET(self, "qp_num", qp_num)
+        _SET(self, "private_data", private_data)
+        _SET(self, "responder_resources", responder_resources)
+        _SET(self, "initiator_depth", initiator_depth)
+        _SET(self, "flow_control", flow_control)
+        _SET(self, "retry_count", retry_count)
+        _SET(self, "rnr_retry_count", rnr_retry_count)
+        _SET(self, "srq", srq)
+        _SET(self, "qkey", qkey)
+        _SET(self, "ece", ece)
 
-@dataclass(frozen=True)
-class AhAttr:
-    """An address handle's attributes (``struct ib_uverbs_ah_attr``): how to reach the peer."""
+    def _values(self) -> Tuple[Any, ...]:
+        return (self.qp_num, self.private_data, self.responder_resources, self.initiator_depth, self.flow_control,
+                self.retry_count, self.rnr_retry_count, self.srq, self.qkey, self.ece)
 
-    dgid: ipaddress.IPv6Address
-    flow_label: int
-    sgid_index: int
-    hop_limit: int
-    traffic_class: int
-    dlid: int
-    sl: int
-    src_path_bits: int
-    static_rate: int
-    is_global: int
-    port_num: int
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return self._values() == other._values()
+        return NotImplemented
 
+    def __hash__(self) -> int:
+        return hash(self._values())
 
-@dataclass(frozen=True)
-class UdParam:
-    """The ``ud`` arm of an event of a datagram id: the remote QP and how to reach it.
-
-    ESTABLISHED after a SIDR exchange: the peer's QP number and qkey; MULTICAST_JOIN: the
-    group (``qp_num`` 0xFFFFFF, the group's qkey; the address handle's ``dgid`` is the
-    multicast GID).
-    """
-
-    qp_num: int
-    qkey: int
-    ah: AhAttr
-    private_data: bytes
-
-    @property
-    def dgid(self) -> ipaddress.IPv6Address:
-        """The address handle's destination GID (``ah.dgid``)."""
-        return self.ah.dgid
-
-    @property
-    def dlid(self) -> int:
-        """The address handle's destination LID (``ah.dlid``; 0 on RoCE)."""
-        return self.ah.dlid
-
-    @property
-    def sl(self) -> int:
-        """The address handle's service level (``ah.sl``)."""
-        return self.ah.sl
-
-    @property
-    def port_num(self) -> int:
-        """The address handle's port (``ah.port_num``)."""
-        return self.ah.port_num
-
-    @property
-    def is_global(self) -> int:
-        """1 when the address handle has a GRH (always on RoCE), ``ah.is_global``."""
-        return self.ah.is_global
+    def __repr__(self) -> str:
+        return ("%s(qp_num=%r, private_data=%r, responder_resources=%r, initiator_depth=%r, flow_control=%r, "
+                "retry_count=%r, rnr_retry_count=%r, srq=%r, qkey=%r, ece=%r)"
+                % ((self.__class__.__qualname__,) + self._values()))
 
 
-@dataclass(frozen=True)
-class QpAttr:
-    """INIT_QP_ATTR's answer (``struct ib_uverbs_qp_attr``): what a QP moving to
-    ``qp_state`` would be programmed with.  ``mask`` says which fields are set
-    (:class:`~pyrdmacm.abi.QpAttrMask`; the others are zero); :meth:`fields` gives those."""
+#: the names of :mod:`pyrdmacm._records_later`: loaded on first use
+_LATER = frozenset(("DeviceRef", "AddrInfo", "PathRecord", "ServiceRecord", "AhAttr", "UdParam", "QpAttr", "MTU_BYTES",
+                    "mtu_bytes", "_mask_fields"))
 
-    mask: QpAttrMask
-    qp_state: int
-    cur_qp_state: int
-    path_mtu: int
-    path_mig_state: int
-    qkey: int
-    rq_psn: int
-    sq_psn: int
-    dest_qp_num: int
-    qp_access_flags: int
-    ah_attr: AhAttr
-    alt_ah_attr: AhAttr
-    pkey_index: int
-    alt_pkey_index: int
-    en_sqd_async_notify: int
-    sq_draining: int
-    max_rd_atomic: int
-    max_dest_rd_atomic: int
-    min_rnr_timer: int
-    port_num: int
-    timeout: int
-    retry_cnt: int
-    rnr_retry: int
-    alt_port_num: int
-    alt_timeout: int
-
-    def fields(self) -> "dict[str, object]":
-        """The attributes ``mask`` says are set, by name (``{"qp_state": 2, "dest_qp_num": ...}``)."""
-        out: "dict[str, object]" = {}
-        for bit, names in _mask_fields():
-            if self.mask & bit:
-                for name in names:
-                    out[name] = getattr(self, name)
-        return out
+if TYPE_CHECKING:  # the names as this module's own (explicit re-exports)
+    from ._records_later import MTU_BYTES as MTU_BYTES
+    from ._records_later import AddrInfo as AddrInfo
+    from ._records_later import AhAttr as AhAttr
+    from ._records_later import DeviceRef as DeviceRef
+    from ._records_later import PathRecord as PathRecord
+    from ._records_later import QpAttr as QpAttr
+    from ._records_later import ServiceRecord as ServiceRecord
+    from ._records_later import UdParam as UdParam
+    from ._records_later import _mask_fields as _mask_fields
+    from ._records_later import mtu_bytes as mtu_bytes
 
 
-_MASK_FIELDS: "tuple[tuple[int, tuple[str, ...]], ...]" = ()
+def __getattr__(name: str) -> Any:
+    """A record of :mod:`pyrdmacm._records_later`, on its first use."""
+    if name not in _LATER:
+        raise AttributeError("module %r has no attribute %r" % (__name__, name))
+    from . import _records_later
 
-
-def _mask_fields() -> "tuple[tuple[int, tuple[str, ...]], ...]":
-    """Which QpAttr fields each mask bit covers (made on first use: QpAttrMask loads then)."""
-    global _MASK_FIELDS
-    if not _MASK_FIELDS:
-        from .abi import QpAttrMask as _M
-
-        _MASK_FIELDS = (
-            (_M.STATE, ("qp_state",)),
-            (_M.CUR_STATE, ("cur_qp_state",)),
-            (_M.EN_SQD_ASYNC_NOTIFY, ("en_sqd_async_notify",)),
-            (_M.ACCESS_FLAGS, ("qp_access_flags",)),
-            (_M.PKEY_INDEX, ("pkey_index",)),
-            (_M.PORT, ("port_num",)),
-            (_M.QKEY, ("qkey",)),
-            (_M.AV, ("ah_attr",)),
-            (_M.PATH_MTU, ("path_mtu",)),
-            (_M.TIMEOUT, ("timeout",)),
-            (_M.RETRY_CNT, ("retry_cnt",)),
-            (_M.RNR_RETRY, ("rnr_retry",)),
-            (_M.RQ_PSN, ("rq_psn",)),
-            (_M.MAX_QP_RD_ATOMIC, ("max_rd_atomic",)),
-            (_M.ALT_PATH, ("alt_ah_attr", "alt_pkey_index", "alt_port_num", "alt_timeout")),
-            (_M.MIN_RNR_TIMER, ("min_rnr_timer",)),
-            (_M.SQ_PSN, ("sq_psn",)),
-            (_M.MAX_DEST_RD_ATOMIC, ("max_dest_rd_atomic",)),
-            (_M.PATH_MIG_STATE, ("path_mig_state",)),
-            (_M.DEST_QPN, ("dest_qp_num",)),
-        )
-    return _MASK_FIELDS
+    value = globals()[name] = getattr(_records_later, name)  # once: the next use is a plain attribute
+    return value

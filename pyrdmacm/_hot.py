@@ -197,6 +197,8 @@ def destroy(self: "CmId") -> int:
     if not ch._reader_slot:
         ch._grave[self.uid] = self
     ch._ids.pop(self.uid, None)
+    if ch._watchers:
+        ch._ended([self.uid], "destroyed")
     reported: int = reply.u32[0]
     pool.append(reply)
     if self._unacked:
@@ -240,6 +242,8 @@ def destroy_many(channel: "EventChannel", ids: "List[CmId]") -> List[int]:
                 unacked.append(cm_id)
     finally:
         pool.append(reply)
+        if channel._watchers and out:
+            channel._ended([cm_id.uid for cm_id in ids[: len(out)]], "destroyed")
         if unacked:
             warnings.warn(channel._unacked_warning(unacked), stacklevel=3)
     return out

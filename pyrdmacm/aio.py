@@ -112,7 +112,6 @@ __all__ = ["AsyncChannel"]
 
 _DRAIN = 256  # events taken per get_events call when the fd is readable
 #: the waiter table is swept for destroyed ids when it grows past this (then past 4x its size)
-_SWEEP_MIN = 4096
 #: how often (seconds) a waiting ``requests()`` iterator looks whether its listener was destroyed
 #: (the core says nothing when an id is destroyed: see AsyncChannel.requests)
 _LISTENER_POLL = 0.2
@@ -369,7 +368,6 @@ class AsyncChannel:
         #: uid -> where its next outcome event goes: a batch, or ``(future, spec, kwargs)``, or a
         #: list of them, oldest first, when several calls of one id are pending (rare)
         self._waiters: Dict[int, Any] = {}
-        self._sweep_at = _SWEEP_MIN
         self._queue: Deque[Event] = deque()
         self._queue_waiters: "Deque[asyncio.Future[Event]]" = deque()
         #: listener uid -> its requests, while a ``requests()`` iterator reads them
@@ -427,6 +425,7 @@ class AsyncChannel:
                              "open a new AsyncChannel" % (fd, os.strerror(e.errno or 0))) from None
         self._loop, self._fd = loop, fd
         _READERS[key] = weakref.ref(self)
+        ch.watch(self)  # destroy() and migrate() end our waits for the ids they take away
         # The channel's close() signals its waker (an eventfd) and closes it: a copy of that fd
         # keeps it open and readable, so a close behind the adapter's back is seen at once.
         waker = getattr(getattr(ch, "_waker", None), "fd", -1)
@@ -446,6 +445,7 @@ class AsyncChannel:
         self._loop, self._fd, self._wake_fd = None, -1, -1
         if loop is None:
             return
+        self.channel.unwatch(self)
         key = (id(loop), fd)
         ref = _READERS.get(key)
         if ref is not None and ref() in (self, None):
@@ -466,7 +466,6 @@ class AsyncChannel:
             self._queue.clear()  # events of ids the kernel destroyed
         waiters = list(self._waiters.values())
         self._waiters.clear()
-        self._sweep_at = _SWEEP_MIN
         queue_waiters = list(self._queue_waiters)
         self._queue_waiters.clear()
 
@@ -591,8 +590,6 @@ class AsyncChannel:
                 else:
                     self._queue.append(ev)
             if len(events) < _DRAIN:  # get_events stopped short: nothing more is queued
-                if len(waiters) >= self._sweep_at:
-                    self._sweep()
                 return
 
     def _route(self, ev: Event) -> bool:
@@ -700,21 +697,38 @@ class AsyncChannel:
         else:
             waiters[uid] = [old, entry]
 
-    def _sweep(self) -> None:
-        """Drop the waiters of ids destroyed meanwhile (their events never come); a future
-        still pending there fails.  Run as the table grows: amortized, a set difference."""
-        waiters = self._waiters
-        ch = self.channel
-        for uid in waiters.keys() - ch._ids.keys() - ch._mcs.keys():
-            entry = waiters.pop(uid)
+    def ids_ended(self, uids: Iterable[int], why: str) -> None:
+        """The channel's word that ids stopped being its own (``EventChannel.watch``): destroyed,
+        or migrated to another channel.  Their outcome events never come here now: each wait
+        for one fails at once with StateError (from another thread: on the loop's)."""
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            here = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            here = False
+        if here:
+            self._end_waits(uids, why)
+        else:
+            try:
+                loop.call_soon_threadsafe(self._end_waits, list(uids), why)
+            except RuntimeError:  # that loop is closed: nobody awaits its futures any more
+                pass
+
+    def _end_waits(self, uids: Iterable[int], why: str) -> None:
+        pop = self._waiters.pop
+        for uid in uids:
+            entry = pop(uid, None)
+            if entry is None:
+                continue
             for one in entry if entry.__class__ is list else (entry,):
                 fut = one.fut if one.__class__ is _Batch else one[0]
                 if not fut.done():
                     fut.set_exception(StateError(
-                        "id uid %d was destroyed before the outcome of its %s arrived (the kernel drops a "
-                        "destroyed id's events): destroy an id after its outcome, or cancel the wait first"
-                        % (uid, one.call if one.__class__ is _Batch else one[1][1])))
-        self._sweep_at = max(_SWEEP_MIN, 4 * len(waiters))
+                        "id uid %d was %s before the outcome of its %s arrived (its events no longer come "
+                        "to this channel): destroy or migrate an id after its outcome, or cancel the wait "
+                        "first" % (uid, why, one.call if one.__class__ is _Batch else one[1][1])))
 
     def _not_ours(self, what: str, cm_id: Any) -> UsageError:
         if isinstance(cm_id, CmId) and getattr(cm_id, "channel", None) is not None:
@@ -768,8 +782,6 @@ class AsyncChannel:
             return fut
         # Registered after the call: its event is read by this loop, which is here now.
         waiters = self._waiters
-        if len(waiters) >= self._sweep_at:
-            self._sweep()
         entry = (fut, spec, kwargs)
         if waiters.setdefault(cm_id.uid, entry) is not entry:
             self._add(cm_id.uid, entry)
@@ -842,8 +854,6 @@ class AsyncChannel:
             if not k:
                 return fut
         waiters = self._waiters
-        if len(waiters) >= self._sweep_at:
-            self._sweep()
         if not waiters or waiters.keys().isdisjoint(index.keys()):
             waiters.update(dict.fromkeys(uids, sink))  # the batch is its ids' waiter: one C call
         else:  # some ids have a call pending already (rare)
@@ -973,8 +983,6 @@ class AsyncChannel:
         """A future of the next event of ``uid`` (an id's or a membership's) among ``spec``'s."""
         fut: asyncio.Future[Event] = loop.create_future()
         waiters = self._waiters
-        if len(waiters) >= self._sweep_at:
-            self._sweep()
         entry = (fut, spec, kwargs)
         if waiters.setdefault(uid, entry) is not entry:
             self._add(uid, entry)

@@ -104,6 +104,8 @@ class EventChannel:
         self._reader_slot = [True]
         #: the thread id of a reader waiting in get_event (named in the refusal of a second one)
         self._reader: Optional[int] = None
+        #: who is told when ids stop being this channel's (:meth:`watch`)
+        self._watchers: List[Any] = []
         #: ids destroyed while a reader held the guard: an event it had read already still finds
         #: its id here (emptied when the reader lets go; see :func:`pyrdmacm._hot.destroy`)
         self._grave: Dict[int, CmId] = {}
@@ -398,6 +400,26 @@ class EventChannel:
         ch._wait_first = True
         ch._fast = 0
         return ch
+
+    def watch(self, watcher: Any) -> None:
+        """Tell ``watcher`` (``watcher.ids_ended(uids, why)``) whenever ids stop being this
+        channel's -- destroyed (``why`` "destroyed") or migrated away ("migrated") -- right
+        after the kernel took them away: whatever waits for their events can end its wait then
+        (the asyncio adapter fails its futures).  Called in the thread that destroyed them."""
+        if watcher not in self._watchers:
+            self._watchers.append(watcher)
+
+    def unwatch(self, watcher: Any) -> None:
+        """Stop telling ``watcher`` (see :meth:`watch`); nothing if it was not watching."""
+        try:
+            self._watchers.remove(watcher)
+        except ValueError:
+            pass
+
+    def _ended(self, uids: List[int], why: str) -> None:
+        """Tell the watchers that ``uids`` stopped being this channel's."""
+        for watcher in list(self._watchers):
+            watcher.ids_ended(uids, why)
 
     def events(self, timeout: Optional[float] = None) -> Iterator[Event]:
         """Iterate over events until none arrives within ``timeout``."""

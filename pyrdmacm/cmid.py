@@ -759,6 +759,8 @@ class CmId:
         for m in mcs:
             old._mcs.pop(m.uid, None)
         self.channel = channel
+        if old._watchers:
+            old._ended([self.uid] + [m.uid for m in mcs], "migrated")
         # the old channel's reader answered a DISCONNECTED of this id while MIGRATE_ID moved it,
         # and the kernel refused that DREP on the old fd: send it here (channel._answer_dreq)
         pending = getattr(self, "_drep", None)
@@ -1155,6 +1157,8 @@ def destroy_reference(cm_id: CmId) -> int:
     if not ch._reader_slot:
         ch._grave[cm_id.uid] = cm_id
     ch._ids.pop(cm_id.uid, None)
+    if ch._watchers:
+        ch._ended([cm_id.uid], "destroyed")
     if cm_id._unacked:
         warnings.warn(ch._unacked_warning([cm_id], True), stacklevel=2)
     reported: int = reply.u32[0]

@@ -345,3 +345,31 @@ def test_aio_events_of_several_ids_and_get_event(world):
             assert _tables_empty(ach)
 
     run(main())
+
+
+def test_destroy_ends_the_waits_of_its_ids_at_once(world):
+    """200 resolves of a silent address, each awaited with asyncio.wait_for until it times out,
+    then their ids destroyed: no waiter is left behind (they used to stay until the table
+    reached 4,096); and a future still pending when its id is destroyed fails at once."""
+
+    async def main():
+        async with AsyncChannel(world.channel()) as ach:
+            ids = [CmId(ach.channel) for _ in range(200)]
+            for cm in ids:
+                with pytest.raises(asyncio.TimeoutError):
+                    await asyncio.wait_for(ach.start_resolve_addr(cm, world.silent, timeout_ms=30000), 0.001)
+            pending = CmId(ach.channel)
+            fut = ach.start_resolve_addr(pending, world.silent, timeout_ms=30000)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UnackedEventsWarning)
+                ach.channel.destroy_ids(ids)
+                pending.destroy()
+            assert fut.done()  # at once, not when some later call sweeps
+            with pytest.raises(StateError, match="id uid %d was destroyed before the outcome" % pending.uid):
+                await fut
+            assert not ach._waiters, len(ach._waiters)
+            live = CmId(ach.channel)  # and the adapter works on
+            ev = await ach.resolve_addr(live, world.local)
+            assert ev.id is live and ev.event is E.ADDR_RESOLVED
+
+    run(main())

@@ -197,32 +197,6 @@ def test_a_cancelled_get_event_leaves_no_waiter():
     run(main())
 
 
-def test_waiters_of_destroyed_ids_are_swept_out(monkeypatch):
-    """An id destroyed while its outcome is awaited: the kernel drops its event, so the adapter's
-    sweep (as the table grows) drops the waiter and fails a pending future."""
-    monkeypatch.setattr(aio, "_SWEEP_MIN", 2)
-
-    async def main():
-        async with AsyncChannel(channel()) as ach:
-            ach._sweep_at = 2
-            gone = CmId(ach.channel)
-            fut = ach.start_resolve_addr(gone, SILENT, timeout_ms=5000)
-            cancelled = CmId(ach.channel)
-            ach.start_resolve_addr(cancelled, SILENT, timeout_ms=5000).cancel()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                gone.destroy()
-                cancelled.destroy()
-            live = CmId(ach.channel)
-            ev = await ach.start_resolve_addr(live, PEER)  # the table is at 2: swept first
-            assert ev.id is live
-            with pytest.raises(StateError, match="id uid %d was destroyed before the outcome" % gone.uid):
-                await fut
-            assert not ach._waiters
-
-    run(main())
-
-
 def test_a_failing_reader_fails_the_waiters_and_reading_resumes():
     """get_events refused (here: another reader holds the channel) fails every waiter with the
     refusal instead of spinning or raising into the loop; the next call reads again."""

@@ -206,8 +206,6 @@ class EventChannel:
         if n != len(data):
             raise self._short(n, data, command)
 
-    execute = submit  # its name before 0.2
-
     def _refused(self, e: OSError, command: str, ctx: Dict[str, Any]) -> Exception:
         """The exception for a write the kernel refused."""
         if self.closed:

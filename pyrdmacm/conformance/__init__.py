@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Each case writes raw commands -- built with the ABI layer's codecs, never through
-:class:`~pyrdmacm.cm.CmId`, whose checks would refuse most of them first -- to
+:class:`~pyrdmacm.cmid.CmId`, whose checks would refuse most of them first -- to
 ``/dev/infiniband/rdma_cm`` and compares the errno the kernel answers with the documented
 one: malformed writes, invalid commands, short reply buffers, unknown ids and ids of
 another fd, wrong-state commands, reserved fields set, GET_OPTION's ENOSYS, credentials,

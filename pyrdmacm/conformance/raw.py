@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-:class:`Raw` writes what :class:`~pyrdmacm.cm.CmId` never would (its checks refuse them
+:class:`Raw` writes what :class:`~pyrdmacm.cmid.CmId` never would (its checks refuse them
 first): a write shorter than the header, an ``in`` beyond the write, a reply size one byte
 short, a reserved field set, an id of another fd.  It builds each body with the ABI layer's
 codecs -- :meth:`Raw.send` takes a command of :data:`pyrdmacm.wire.COMMAND` by name, with

@@ -84,10 +84,8 @@ def test_sys_netns_mode_and_ports(topo: Dict[str, Any]) -> None:
 def test_cm_ids_count_a_resolved_id(topo: Dict[str, Any]) -> None:
     from pyrdmacm import netlink
 
-    try:
-        from pyrdmacm import CmId
-    except ImportError as e:  # pragma: no cover - the CM layer is another module
-        pytest.skip("pyrdmacm.cm unavailable: %s" % e)
+    from pyrdmacm import CmId
+
     before = [i for i in netlink.cm_ids() if i.pid == os.getpid()]
     gw = next(nd["gateway"] for nd in topo["netdevs"].values() if nd.get("rxe") and nd.get("gateway"))
     cm_id = CmId(None)

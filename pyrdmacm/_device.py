@@ -42,12 +42,14 @@ Nothing else in pyrdmacm calls ``os.open`` or ``os.write`` on the device.
 from __future__ import annotations
 
 import errno
+import math
+import numbers
 import os
 import select
 import stat
 import weakref
 from array import array
-from typing import List, Optional, Protocol, Tuple
+from typing import Any, List, Optional, Protocol, Tuple
 
 from . import _chardev
 from .errors import DeviceNodeError, UsageError
@@ -457,6 +459,24 @@ class Poller:
             elif state is TIMEOUT:  # the waker
                 state = WOKEN
         return state
+
+
+def timeout_seconds(timeout: Any) -> Optional[float]:
+    """A wait's timeout checked: seconds >= 0 (any real number), or None / infinity for ever
+    (None); UsageError naming what was given otherwise."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise UsageError("timeout must be a number of seconds (>= 0), or None to wait for ever; got %r"
+                         % (timeout,))
+    t = float(timeout)
+    if math.isnan(t) or t < 0:
+        raise UsageError("timeout must be a number of seconds >= 0, or None to wait for ever; got %r"
+                         % (timeout,))
+    if math.isinf(t):
+        return None
+    return timeout if isinstance(timeout, int) else t
+
 
 
 def wait(fd: int, wake: int, timeout_ms: int) -> str:

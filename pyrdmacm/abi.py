@@ -172,6 +172,28 @@ class CmEventType(NamedIntEnum):
     INTERNAL = 19
 
 
+class RdmaCmState(NamedIntEnum):
+    """``enum rdma_cm_state`` (kernel ``include/rdma/rdma_cm.h``; ``drivers/infiniband/core/cma_priv.h``
+    in older trees): the state the kernel keeps for each id, as RDMA netlink reports it
+    (``RDMA_NLDEV_ATTR_RES_STATE`` of ``rdma resource show cm_id``).  The two ADDRINFO states
+    came with RESOLVE_IB_SERVICE (6.17).  What each command takes in which state:
+    :mod:`pyrdmacm.kernel_rules`."""
+
+    IDLE = 0
+    ADDR_QUERY = 1
+    ADDR_RESOLVED = 2
+    ROUTE_QUERY = 3
+    ROUTE_RESOLVED = 4
+    CONNECT = 5
+    DISCONNECT = 6
+    ADDR_BOUND = 7
+    LISTEN = 8
+    DEVICE_REMOVAL = 9
+    DESTROYING = 10
+    ADDRINFO_QUERY = 11
+    ADDRINFO_RESOLVED = 12
+
+
 class OptionLevel(NamedIntEnum):
     """``RDMA_OPTION_ID`` / ``RDMA_OPTION_IB``: the ``level`` of SET_OPTION."""
 

@@ -102,6 +102,7 @@ from typing import Any, AsyncIterator, Callable, Deque, Dict, FrozenSet, Iterabl
 
 from .abi import CmEventType
 from .addr import parse_address
+from ._device import timeout_seconds
 from .channel import EventChannel
 from .cmid import CmId, Membership
 from .errors import EventError, RdmaCmError, StateError, UsageError
@@ -186,23 +187,22 @@ def _command(call: Union[Call, str], cm_id: Any) -> str:
 
 def _event_error(ev: Event, call: Union[Call, str], kwargs: Optional[Dict[str, Any]]) -> EventError:
     """The EventError for a failure event answering ``call`` (error path only)."""
-    cm_id = ev[2]
+    cm_id = ev.id
     src = kwargs.get("src") if kwargs else None
     if src is not None:
         try:
             src = parse_address(src)
         except Exception:
             pass
-    peer = getattr(cm_id, "_peer", None)
-    return EventError(ev, _command(call, cm_id), src=src, dst=peer() if peer is not None else None)
+    return EventError(ev, _command(call, cm_id), src=src, dst=getattr(cm_id, "destination", None))
 
 
 def _ack(ev: Event) -> None:
     """``ev.ack()``, lenient: an event the user acked already is not an error here."""
-    cm_id = ev[2]
-    left = getattr(cm_id, "_unacked", 0)
-    if left > 0:
-        cm_id._unacked = left - 1
+    try:
+        ev.ack()
+    except StateError:
+        pass
 
 
 # -- the batch's call loop: fn(cm_id, *args, **kwargs) per id, without the per-id cost of
@@ -276,12 +276,12 @@ class _Batch:
 
     def deliver(self, ev: Event, ok: bool) -> None:
         _ack(ev)
-        self.events[self.index[ev[2].uid]] = ev
+        self.events[self.index[ev.id.uid]] = ev
         self.left -= 1
         fut = self.fut
         if fut.done():  # failed already, or cancelled: the event is acked and dropped
             return
-        if self.raise_on_error and (not ok or ev[1]):
+        if self.raise_on_error and (not ok or ev.status):
             fut.set_exception(_event_error(ev, self.call, self.kwargs))
         elif not self.left:
             fut.set_result(self.events)
@@ -535,41 +535,36 @@ class AsyncChannel:
                     self._shutdown(None, error=e)
                 return
             for ev in events:
-                cm_id = ev[2]  # ev.id, without the named field's descriptor
+                cm_id = ev.id
                 uid = cm_id.uid
                 entry = pop(uid, None)
                 if entry is not None:
+                    kind, status = ev.event, ev.status
                     cls = entry.__class__
                     if cls is _Batch:
-                        if ev[0] in entry.quiet and not ev[1] and entry.left > 1:
-                            left = cm_id._unacked  # _Batch.deliver, inlined for the events that
-                            if left > 0:  # neither fail nor complete the batch
-                                cm_id._unacked = left - 1
-                            entry.events[entry.index[uid]] = ev
+                        if kind in entry.quiet and not status and entry.left > 1:
+                            ev.ack()  # _Batch.deliver, inlined for the events that neither fail
+                            entry.events[entry.index[uid]] = ev  # nor complete the batch
                             entry.left -= 1
                             continue
-                        ok = entry.take.get(ev[0])
+                        ok = entry.take.get(kind)
                         if ok is not None:
                             entry.deliver(ev, ok)
                             continue
                         waiters[uid] = entry
                     elif cls is tuple:
                         fut, spec, kwargs = entry
-                        if ev[0] in spec[3] and not ev[1]:  # the common case: an ok event
-                            left = cm_id._unacked
-                            if left > 0:
-                                cm_id._unacked = left - 1  # ev.ack()
+                        if kind in spec[3] and not status:  # the common case: an ok event
+                            ev.ack()
                             if not fut.done():  # done: cancelled; acked, and dropped
                                 fut.set_result(ev)
                             continue
-                        ok = spec[0].get(ev[0])
+                        ok = spec[0].get(kind)
                         if ok is not None:
-                            left = cm_id._unacked
-                            if left > 0:
-                                cm_id._unacked = left - 1  # ev.ack()
+                            ev.ack()
                             if fut.done():  # cancelled: acked, and dropped
                                 continue
-                            if spec[2] and (not ok or ev[1]):
+                            if spec[2] and (not ok or status):
                                 fut.set_exception(_event_error(ev, spec[1], kwargs))
                             else:
                                 fut.set_result(ev)
@@ -578,7 +573,7 @@ class AsyncChannel:
                     elif self._deliver_to_one_of(uid, entry, ev):
                         continue
                 # a connection request, a membership's event, a listener's failure: routed on
-                if (ev[6] is not None or ev[7] is not None or self._requests) and self._route(ev):
+                if (ev.listen_id is not None or ev.membership is not None or self._requests) and self._route(ev):
                     continue
                 # not an outcome anybody awaits: to get_event
                 qw = self._queue_waiters
@@ -596,17 +591,17 @@ class AsyncChannel:
         """An event no waiter of its id took: a membership's goes to the waiter of the membership
         (its uid); a CONNECT_REQUEST to its listener's ``requests()``; a listener's failure
         event (DEVICE_REMOVAL) ends them with EventError.  False: it goes to get_event."""
-        membership = ev[7]
+        membership = ev.membership
         if membership is not None:
             return self._deliver(membership.uid, ev)
-        listener = ev[6]
+        listener = ev.listen_id
         if listener is not None:
             rq = self._requests.get(listener.uid)
             if rq is None:
                 return False
             rq.put(ev)  # acked when an iterator takes it
             return True
-        rq = self._requests.get(ev[2].uid)
+        rq = self._requests.get(ev.id.uid)
         if rq is None or ev.ok:
             return False
         _ack(ev)
@@ -639,9 +634,9 @@ class AsyncChannel:
         """An event for an id with several calls pending: the oldest that it answers takes it."""
         for i, entry in enumerate(entries):
             if entry.__class__ is _Batch:
-                ok = entry.take.get(ev[0])
+                ok = entry.take.get(ev.event)
             else:
-                ok = entry[1][0].get(ev[0])
+                ok = entry[1][0].get(ev.event)
             if ok is None:
                 continue
             del entries[i]
@@ -653,7 +648,7 @@ class AsyncChannel:
                 fut, spec, kwargs = entry
                 _ack(ev)
                 if not fut.done():
-                    if spec[2] and (not ok or ev[1]):
+                    if spec[2] and (not ok or ev.status):
                         fut.set_exception(_event_error(ev, spec[1], kwargs))
                     else:
                         fut.set_result(ev)
@@ -995,10 +990,10 @@ class AsyncChannel:
         queue = self._queue
         take = spec[0]
         for i, ev in enumerate(queue):
-            if ev[2] is cm_id and ev[6] is None and ev[7] is None and ev[0] in take:
+            if ev.id is cm_id and ev.listen_id is None and ev.membership is None and ev.event in take:
                 del queue[i]
                 _ack(ev)
-                if spec[2] and (not take[ev[0]] or ev[1]):
+                if spec[2] and (not take[ev.event] or ev.status):
                     raise _event_error(ev, spec[1], kwargs)
                 return ev
         return None
@@ -1020,7 +1015,7 @@ class AsyncChannel:
         """
         ev = await self.outcome_of(cm_id, Call.CONNECT, getattr(cm_id, "connect", _no_call), param,
                                    raise_on_error=raise_on_error, **fields)
-        if ev[0] is _CONNECT_RESPONSE and not ev[1]:
+        if ev.event is _CONNECT_RESPONSE and not ev.status:
             cm_id.establish()
         return ev
 
@@ -1066,7 +1061,7 @@ class AsyncChannel:
                 if ev is None:
                     return
                 _ack(ev)
-                yield ev[2]
+                yield ev.id
         finally:
             self._detach(rq)
 
@@ -1076,9 +1071,9 @@ class AsyncChannel:
             rq = self._requests[listener.uid] = _Requests(listener)
             queue = self._queue
             if queue:  # requests read before anybody iterated: they are the iterator's now
-                others = [ev for ev in queue if ev[6] is not listener]
+                others = [ev for ev in queue if ev.listen_id is not listener]
                 if len(others) != len(queue):
-                    rq.ready.extend(ev for ev in queue if ev[6] is listener)
+                    rq.ready.extend(ev for ev in queue if ev.listen_id is listener)
                     queue.clear()
                     queue.extend(others)
         rq.users += 1
@@ -1106,7 +1101,7 @@ class AsyncChannel:
             if isinstance(item, BaseException):
                 raise item
             return item  # type: ignore[no-any-return]
-        if rq.ended or self._closed is not None or rq.listener._state is _DESTROYED:
+        if rq.ended or self._closed is not None or rq.listener.state is _DESTROYED:
             return None
         loop = self._loop
         if loop is None or loop.is_closed():  # reading stopped (a fault): start again
@@ -1133,7 +1128,7 @@ class AsyncChannel:
         rq.timer = None
         if not any(not w.done() for w in rq.waiters):
             return
-        if rq.listener._state is _DESTROYED or self.channel.closed:
+        if rq.listener.state is _DESTROYED or self.channel.closed:
             rq.end()
             return
         loop = self._loop
@@ -1172,7 +1167,7 @@ class AsyncChannel:
             if not isinstance(e, CmEventType):
                 raise UsageError("wait_event takes CmEventType members (CmEventType.TIMEWAIT_EXIT ...), got %r" % (e,))
             take[e] = e.name not in _FAILURE_NAMES
-        t = self.channel._seconds(timeout)
+        t = timeout_seconds(timeout)
         spec = _make_spec(take, "wait_event", raise_on_error)
         ev = self._take_queued(cm_id, spec)
         if ev is not None:

@@ -5,11 +5,11 @@ Theory of operation
 An :class:`EventChannel` is one open rdma_cm fd (``rdma_create_event_channel``)
 and the registry of the event sinks on it: ``uid -> id``, the uid being what
 the kernel echoes in each event of the id (unique in the process, see
-:data:`pyrdmacm._hot.next_uid`).  A connection request's id is not in the
+:data:`pyrdmacm._process.next_uid`).  A connection request's id is not in the
 registry until it is accepted (the kernel queues no event for it before).
 
 Every command is one ``write()`` of the transport (the fd owner's, through
-:meth:`EventChannel.submit` or a hot path of :mod:`pyrdmacm._hot`); commands that have a reply name one of the channel's
+:meth:`EventChannel.submit` or an id's call); commands that have a reply name one of the channel's
 :class:`~pyrdmacm._device.ReplyBuffer`\\ s, taken from a pool or under the
 channel's command lock.  Events are read by one reader at a time:
 ``get_event`` tries a GET_EVENT on the non-blocking fd, and waits on the
@@ -30,19 +30,18 @@ any syscall, and its ``close()`` only closes its own copies of the fds.
 from __future__ import annotations
 
 import errno
-import math
-import numbers
 import os
 import threading
 import time
+import warnings
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
-from . import _device, _hot, abi, wire
-from ._device import KernelDevice, ReplyBuffer, Transport, Waker
-from .cmid import CmId, Membership, port_space, request_id
+from . import _device, _process, abi, wire
+from ._device import KernelDevice, ReplyBuffer, Transport, Waker, timeout_seconds
+from .cmid import CmId, Membership, create, destroy_one, port_space, request_id
 from .errors import KernelError, StateError, UsageError
-from .events import EVENT_RESP_SIZE, Event, decode_event_head
-from .state import State, after_event, rules_for
+from .events import _TYPES, _UNPACK_EVENT, EVENT_RESP_SIZE, Event
+from .state import State, rules_for
 
 _get_ident = threading.get_ident
 _READY = _device.READY
@@ -57,6 +56,9 @@ _CONNECT_REQUEST = E.CONNECT_REQUEST
 _DISCONNECTED = E.DISCONNECTED
 _DESTROYED = State.DESTROYED
 _new_object = object.__new__
+_monotonic = time.monotonic
+_UNSET = object()  # a read's deadline before it first needs one
+NO_ECE = (0, 0)  # the ece of nearly every event, shared: one allocation less per event
 _GET_EVENT = wire.COMMAND["GET_EVENT"]
 _DISCONNECT_CMD, _H_DISCONNECT = wire.COMMAND["DISCONNECT"].pack, wire.COMMAND["DISCONNECT"].header
 _NOTHING = object()
@@ -107,22 +109,21 @@ class EventChannel:
         #: who is told when ids stop being this channel's (:meth:`watch`)
         self._watchers: List[Any] = []
         #: ids destroyed while a reader held the guard: an event it had read already still finds
-        #: its id here (emptied when the reader lets go; see :func:`pyrdmacm._hot.destroy`)
+        #: its id here (emptied when the reader lets go; see :func:`pyrdmacm.cmid.destroy_one`)
         self._grave: Dict[int, CmId] = {}
         self._pid = os.getpid()
-        #: the opening process's id while the channel is open, 0 once closed: the hot paths
-        #: check "open, and not a forked child" with one comparison (``_live != PID``)
+        #: the opening process's id while the channel is open, 0 once closed: every call
+        #: checks "open, and not a forked child" with one comparison (``_live != PID``)
         self._live = self._pid
-        #: as _live, and 0 on a sync id's channel too: get_event's fast path, in one comparison
-        self._fast = self._pid
-        self._wait_first = False  # set for the private channel of a sync id
+        #: a sync id's private channel: a read waits first (its event is rarely there yet)
+        self._wait_first = False
         #: the last look of get_event / get_events found the queue empty (EAGAIN): their next
         #: call waits first (a batch's EAGAIN after events does not count)
         self._drained = False
         self._poller: Optional[_device.Poller] = None  # made at the first wait
         self.closed = False
-        self._create_replies: List[ReplyBuffer] = [ReplyBuffer(_hot.CREATE_REPLY_SIZE)]
-        self._destroy_replies: List[ReplyBuffer] = [ReplyBuffer(_hot.DESTROY_REPLY_SIZE)]
+        self._create_replies: List[ReplyBuffer] = [ReplyBuffer(wire.COMMAND["CREATE_ID"].out)]
+        self._destroy_replies: List[ReplyBuffer] = [ReplyBuffer(wire.COMMAND["DESTROY_ID"].out)]
         # every QUERY's reply fits (the kernel writes up to the command's ``out``)
         self._r_query = ReplyBuffer(max(wire.COMMAND[name].out for name in wire.QUERY_REPLIES))
         self._r_event = ReplyBuffer(EVENT_RESP_SIZE)
@@ -145,10 +146,10 @@ class EventChannel:
         if self.closed:
             return
         self.closed = True
-        self._live = self._fast = 0
+        self._live = 0
         if os.getpid() == self._pid:
             for cm_id in list(self._ids.values()):
-                cm_id._state = _DESTROYED
+                cm_id._closed()
             self._ids.clear()
             for m in list(self._mcs.values()):
                 getattr(m.id, "_mcs", {}).pop(m.uid, None)
@@ -189,7 +190,7 @@ class EventChannel:
     def _check(self) -> None:
         if self.closed:
             raise StateError("the event channel is closed")
-        if _hot.PID != self._pid:
+        if _process.PID != self._pid:
             raise StateError(
                 "this event channel was opened by process %d, and process %d is a forked child: "
                 "the fd is shared with the parent, whose ids and events it holds; open a new "
@@ -219,44 +220,65 @@ class EventChannel:
         return KernelError(errno.ENODATA, command, hint="short write (%d of %d bytes)" % (n, len(data)))
 
     # -- events
-    get_event = _hot.get_event
-    get_event.__doc__ = """The next event (GET_EVENT): ``rdma_get_cm_event``; None when none came
-    within ``timeout`` seconds (None: wait for ever; 0: only look).
+    def get_event(self, timeout: Optional[float] = None) -> Optional[Event]:
+        """The next event (GET_EVENT): ``rdma_get_cm_event``; None when none came within
+        ``timeout`` seconds (None: wait for ever; 0: only look).
 
-    The event's id has moved already (its ``state``); acknowledge it with ``event.ack()``
-    (``rdma_ack_cm_event``: destroy() warns of events left unacked).  One reader at a time:
-    a second thread's call raises StateError.  ``close()`` from another thread ends a wait
-    with StateError; a signal's handler runs and the wait goes on."""
-    get_events = _hot.get_events
-    get_events.__doc__ = """Up to ``max_events`` queued events in one call (a GET_EVENT each), waiting
-    ``timeout`` seconds for the first (0, the default: only look; None: for ever); with
-    ``ack=True`` each is acknowledged as it is read."""
-
-    @staticmethod
-    def _seconds(timeout: Any) -> Optional[float]:
-        """A wait's timeout checked: seconds >= 0 (any real number), or None / infinity for ever."""
-        if timeout is None:
-            return None
-        if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
-            raise UsageError("timeout must be a number of seconds (>= 0), or None to wait for ever; got %r"
-                             % (timeout,))
-        t = float(timeout)
-        if math.isnan(t) or t < 0:
-            raise UsageError("timeout must be a number of seconds >= 0, or None to wait for ever; got %r"
-                             % (timeout,))
-        if math.isinf(t):
-            return None
-        return timeout if isinstance(timeout, int) else t
-
-    def _guarded(self, timeout: Optional[float]) -> Optional[Event]:
-        """get_event without its fast path, under the reader guard."""
-        slot = self._reader_slot
+        The event's id has moved already (its ``state``); acknowledge it with ``event.ack()``
+        (``rdma_ack_cm_event``: destroy() warns of events left unacked).  One reader at a time:
+        a second thread's call raises StateError.  ``close()`` from another thread ends a wait
+        with StateError; a signal's handler runs and the wait goes on."""
+        if timeout is not None and (timeout.__class__ is not int or timeout < 0):
+            timeout = timeout_seconds(timeout)
+        if self._live != _process.PID:
+            self._check()
+        slot = self._reader_slot  # the one-reader guard, tried (list.pop is atomic)
         try:
             slot.pop()
         except IndexError:
             raise self._busy() from None
         try:
-            return self._get_event(timeout)
+            return self._read(timeout, True)
+        finally:
+            if self._grave:  # ids destroyed while this reader held the guard: no event of theirs comes now
+                self._grave.clear()
+            if self.closed:
+                self._waker.close()
+            slot.append(True)
+
+    def get_events(self, max_events: int = 64, timeout: Optional[float] = 0, *, ack: bool = False) -> List[Event]:
+        """Up to ``max_events`` queued events in one call (a GET_EVENT each), waiting ``timeout``
+        seconds for the first (0, the default: only look; None: for ever); with ``ack=True``
+        each is acknowledged as it is read."""
+        if self._live != _process.PID:
+            self._check()
+        if max_events.__class__ is not int or max_events < 1:
+            raise UsageError("max_events must be an int >= 1, got %r" % (max_events,))
+        if timeout is not None and (timeout.__class__ is not int or timeout < 0):
+            timeout = timeout_seconds(timeout)
+        slot = self._reader_slot
+        try:
+            slot.pop()
+        except IndexError:
+            raise self._busy() from None
+        count = not ack
+        out: List[Event] = []
+        try:
+            first = self._read(timeout, count)
+            if first is None:
+                return out
+            out.append(first)
+            write, data, view, dispatch = self._write, self._b_get_event, self._event_view, self._dispatch
+            while len(out) < max_events:
+                try:
+                    write(data)
+                except OSError:
+                    break  # drained (EAGAIN: a burst's end, not an empty look), or a fault the next call reports
+                ev = dispatch(view, count)
+                if ev is None:
+                    break  # dropped (its id destroyed meanwhile): the burst ends; the rest stays queued
+                out.append(ev)
+            return out
         finally:
             if self._grave:
                 self._grave.clear()
@@ -264,55 +286,59 @@ class EventChannel:
                 self._waker.close()
             slot.append(True)
 
+    def _read(self, timeout: Optional[float], count: bool) -> Optional[Event]:
+        """The one read of every reader, under its guard: GET_EVENT on the non-blocking fd, and
+        a wait while nothing is queued, until ``timeout`` (0: only look; None: for ever).
+
+        A read that follows a look which found the queue empty waits first, as does a sync
+        id's private channel (its event is almost never there right after its command), as
+        librdmacm's blocking read does, instead of a GET_EVENT that can only say EAGAIN.
+        ``count``: the event counts as not acknowledged (get_events(ack=True): it does not)."""
+        deadline: Any = _UNSET
+        if (self._drained or self._wait_first) and timeout != 0:
+            deadline = None if timeout is None else _monotonic() + timeout
+            if not self._wait_readable(deadline):
+                return None
+            self._drained = False
+        write, data, view = self._write, self._b_get_event, self._event_view
+        while True:
+            try:
+                write(data)
+            except BlockingIOError:
+                self._drained = True
+                if timeout == 0:
+                    return None  # only looking: nothing queued
+                if deadline is _UNSET:
+                    deadline = None if timeout is None else _monotonic() + timeout
+                if not self._wait_readable(deadline):
+                    return None
+                continue
+            except OSError as e:
+                raise self._read_fault(e) from None
+            ev = self._dispatch(view, count)
+            if ev is not None:
+                return ev
+            # dropped (its id destroyed meanwhile): read the next, within the deadline
+            if timeout is not None:
+                if deadline is _UNSET:
+                    deadline = _monotonic() + timeout
+                elif _monotonic() >= deadline:
+                    return None
+
+    def _read_fault(self, e: OSError) -> Exception:
+        """What a refused GET_EVENT means."""
+        if self.closed:
+            return StateError("the event channel was closed while waiting")
+        if e.errno == errno.EBADF:
+            return _fd_closed_behind()
+        return KernelError(e.errno or errno.EIO, "GET_EVENT")
+
     def _busy(self) -> StateError:
         reader = self._reader
         return StateError(
             "another thread is already reading events from this channel%s; "
             "read events from one thread and hand them out" % (" (thread %s)" % reader if reader else "")
         )
-
-    def _get_event(self, timeout: Optional[float], drained: bool = False) -> Optional[Event]:
-        self._reader = threading.get_ident()  # named in the refusal of a second reader
-        try:
-            return self._wait_event(timeout, drained)
-        finally:
-            self._reader = None
-
-    def _wait_event(self, timeout: Optional[float], drained: bool = False) -> Optional[Event]:
-        """Read, and wait while nothing is queued; ``drained``: a GET_EVENT just said EAGAIN."""
-        timeout = self._seconds(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        data = self._b_get_event
-        buf = self._r_event
-        # A sync id's private channel reads right after its own command, when the event is
-        # almost never there yet: wait first, as librdmacm's blocking read does, instead of
-        # spending a GET_EVENT that can only say EAGAIN.
-        skip_read = (self._wait_first or drained) and timeout != 0
-        while True:
-            try:
-                if skip_read:
-                    skip_read = False
-                    raise BlockingIOError
-                n = self._write(data)
-            except BlockingIOError:
-                n = -1
-            except (OSError, UsageError) as e:
-                if self.closed:
-                    raise StateError("the event channel was closed while waiting") from None
-                if isinstance(e, UsageError) or e.errno == errno.EBADF:
-                    raise _fd_closed_behind() from None
-                if e.errno == errno.EINTR:
-                    continue
-                raise KernelError(e.errno or errno.EIO, "GET_EVENT") from None
-            if n > 0:
-                ev = self._dispatch(buf.view)
-                if ev is not None:
-                    return ev
-                if deadline is not None and time.monotonic() >= deadline:
-                    return None  # only dropped events came (ids destroyed meanwhile) until the deadline
-                continue
-            if not self._wait_readable(deadline):
-                return None
 
     def _wait_readable(self, deadline: Optional[float]) -> bool:
         """Wait until the fd is readable (True) or ``deadline`` (``time.monotonic()``; None:
@@ -355,38 +381,49 @@ class EventChannel:
         finally:
             self._reader = None
 
-    def _dispatch(self, view: Any) -> Optional[Event]:
-        """The reference path of an event: decode it, find its id, move it (or make the id of a
-        connection request), count it unacked."""
-        uid, handle, ev, status, raw, ece = decode_event_head(view)
+    def _dispatch(self, view: Any, count: bool = True) -> Optional[Event]:
+        """The event in ``view`` (a GET_EVENT's reply): its id found and moved (the state
+        module's rows), the event made; None when it is for no id of this channel (one
+        destroyed, or a group left, meanwhile).  ``count``: it counts as not acknowledged."""
+        uid, handle, number, status, raw, vid, mod = _UNPACK_EVENT(view)
+        cm_id = self._ids.get(uid)
+        if cm_id is not None:
+            try:
+                ev = cm_id._on_event(number, count)
+            except KeyError:  # an event with effects, or a number the table does not know
+                pass
+            else:
+                return Event(ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE)
+        event = self._dispatch_effects(uid, handle, _TYPES.get(number, number), status, raw,
+                                       (vid, mod) if vid or mod else NO_ECE)
+        if event is not None and not count:
+            event.ack()
+        return event
+
+    def _dispatch_effects(self, uid: int, handle: int, ev: Any, status: int, raw: bytes,
+                          ece: Tuple[int, int]) -> Optional[Event]:
+        """An event that does more than move its id (a connection request, the peer's DREQ), a
+        membership's, one of an unknown type, or one of an id destroyed while this reader held
+        it (the kernel counted it in events_reported: it is still the caller's)."""
         cm_id = self._ids.get(uid)
         membership = None
         if cm_id is None:
             membership = self._mcs.get(uid)
             if membership is None:
-                # an id destroyed while this reader held the event: still the caller's (the
-                # kernel counted it in events_reported); else a group left meanwhile: dropped
                 cm_id = self._grave.get(uid)
                 if cm_id is None:
-                    return None
+                    return None  # a group left meanwhile: its events are dropped
             else:
                 cm_id = membership.id
-        listen_id = None
         if ev is _CONNECT_REQUEST:
             # a request read before its listener's DESTROY_ID returned is handed out too: its
             # id is the caller's to accept, reject or destroy (else the peer waits unanswered)
-            listen_id = cm_id
-            cm_id = request_id(self, handle, listen_id)
-        elif cm_id._state is not _DESTROYED:
-            cm_id._state = after_event(cm_id.kind, cm_id._state, ev)
-            cm_id._cache = None
-            if ev is _DISCONNECTED and self.answer_disconnect:
-                _answer_dreq(cm_id)
-        event = Event(ev, status, cm_id, handle, raw, ece, listen_id, membership)
-        if listen_id is not None:
-            cm_id._request = event
-        cm_id._unacked += 1
-        return event
+            new = request_id(self, handle, cm_id)
+            return new._requested(Event(ev, status, new, handle, raw, ece, cm_id, None))
+        cm_id._on_event_with_effects(ev)
+        if ev is _DISCONNECTED and self.answer_disconnect and cm_id._state is not _DESTROYED:
+            _answer_dreq(cm_id)
+        return Event(ev, status, cm_id, handle, raw, ece, None, membership)
 
     def _private(self) -> "EventChannel":
         """A new channel on the same device, for one sync id (librdmacm's private channel)."""
@@ -396,7 +433,6 @@ class EventChannel:
                              "needs a channel of its own")
         ch = EventChannel(reopen(), legacy=self.legacy)
         ch._wait_first = True
-        ch._fast = 0
         return ch
 
     def watch(self, watcher: Any) -> None:
@@ -434,7 +470,7 @@ class EventChannel:
             raise StateError("id uid %d is registered already" % cm_id.uid)
         if cm_id.channel is not self:
             raise UsageError("%r is not an id of this channel" % (cm_id,))
-        uid = cm_id.uid = _hot.next_uid()
+        uid = cm_id.uid = _process.next_uid()
         self._ids[uid] = cm_id
         return uid
 
@@ -446,13 +482,8 @@ class EventChannel:
     def create_id(
         self, ps: Union[abi.PortSpace, int] = abi.PortSpace.TCP, *, qp_type: Optional[int] = None, context: Any = None
     ) -> CmId:
-        """A new id on this channel: ``rdma_create_id(channel, &id, context, ps)``.
-
-        The same id as ``CmId(channel, ps, ...)``, made without a class call (the cheaper
-        way to create many ids: see docs/benchmarks.md).
-        """
-        if ps is _PS_TCP and qp_type is None and context is None and self._live == _hot.PID:
-            return _hot.create(_new_object(CmId), self, _TCP_RC)
+        """A new id on this channel: ``rdma_create_id(channel, &id, context, ps)``: the same id
+        as ``CmId(channel, ps, ...)``."""
         return CmId(self, ps, qp_type=qp_type, context=context)
 
     def create_ids(
@@ -467,9 +498,21 @@ class EventChannel:
             raise UsageError("n must be an int >= 0 (how many ids), got %r" % (n,))
         custom = ps is not _PS_TCP or qp_type is not None
         rules = rules_for(*port_space(ps, qp_type)) if custom else _TCP_RC
-        if self._live != _hot.PID:
+        if self._live != _process.PID:
             self._check()
-        return _hot.create_many(self, CmId, n, rules)
+        out: List[CmId] = []
+        append = out.append
+        try:
+            for _ in range(n):
+                append(create(_new_object(CmId), self, rules))
+        except BaseException:
+            for cm_id in out:  # all or nothing
+                try:
+                    destroy_one(cm_id)
+                except Exception:  # pragma: no cover - the channel is failing: closing it frees them
+                    pass
+            raise
+        return out
 
     def _destroy_refusal(self, ids: List[Any]) -> Exception:
         seen = set()
@@ -491,11 +534,11 @@ class EventChannel:
         :class:`UnackedEventsWarning`.
         """
         ids = list(ids)
-        if self._live != _hot.PID:
+        if self._live != _process.PID:
             if self.closed:
                 for cm_id in ids:
                     if getattr(cm_id, "channel", None) is self:
-                        cm_id._state = _DESTROYED
+                        cm_id._closed()
                 raise StateError("destroy_ids: the event channel is closed (the kernel destroyed its ids then)")
             self._check()
         try:  # one pass that only says yes or no; _destroy_refusal says what is wrong
@@ -507,7 +550,17 @@ class EventChannel:
             raise self._destroy_refusal(ids)
         if self._wait_first:  # a sync id's own channel: its destroy() closes the channel too
             return [cm_id.destroy() for cm_id in ids]
-        return _hot.destroy_many(self, ids)
+        out: List[int] = []
+        try:
+            for cm_id in ids:
+                out.append(destroy_one(cm_id, False))
+        finally:
+            if out and self._watchers:
+                self._ended([cm_id.uid for cm_id in ids[: len(out)]], "destroyed")
+            unacked = [cm_id for cm_id in ids[: len(out)] if cm_id._unacked]
+            if unacked:
+                warnings.warn(self._unacked_warning(unacked), stacklevel=2)
+        return out
 
     @staticmethod
     def _unacked_warning(ids: List[CmId], one: bool = False) -> UnackedEventsWarning:

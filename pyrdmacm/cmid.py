@@ -5,15 +5,14 @@ Theory of operation
 A :class:`CmId` is one kernel id (``rdma_create_id``), registered on its
 :class:`~pyrdmacm.channel.EventChannel` under a uid unique in the process.  Its
 state follows the kernel's, from the calls made and the events read, as the
-table of :mod:`pyrdmacm.state` says; an illegal call raises
+table of :mod:`pyrdmacm.state` says (a CmId is a :class:`~pyrdmacm.state.Life`, whose
+methods alone assign its state); an illegal call raises
 :class:`~pyrdmacm.errors.StateError` before any syscall.  Every call goes the
-same way (:meth:`CmId._call`): check the arguments (UsageError), ask the table
-for the new state, set it, write the command (:mod:`pyrdmacm.wire` encodes it,
-the channel's ``submit`` writes it), and put the old state back if the kernel
-refuses -- so an event that another thread reads while the writer is still in
-``write()`` finds the id where the command left it.  ``resolve_addr``,
-``resolve_route`` and ``destroy`` are the hot paths of :mod:`pyrdmacm._hot`,
-which do the same written out.
+same way (:meth:`CmId._call`): check the arguments (UsageError), move the id
+(``Life._begin``), write the command (:mod:`pyrdmacm.wire` encodes it, the
+channel's transport writes it), and move it back if the kernel refuses
+(``Life._rollback``) -- so an event that another thread reads while the writer
+is still in ``write()`` finds the id where the command left it.
 
 librdmacm queries the kernel (QUERY ADDR, GID, PATH) after every event;
 pyrdmacm asks on first use of what they return (``local_addr``, ``device``,
@@ -46,14 +45,14 @@ import time as _time
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
-from . import _hot, abi, wire
+from . import _process, abi, wire
 from ._codec import CODECS
-from ._device import ReplyBuffer
+from ._device import ReplyBuffer, timeout_seconds
 from .addr import AF_IB, Address, AddressLike, parse_address
 from .errors import EventError, KernelError, StateError, UsageError
 from .events import Event
 from .records import AddrInfo, ConnParam, DeviceRef, PathRecord, QpAttr, ServiceRecord
-from .state import OUTCOMES, Call, Kind, Rules, State, refusal, rules_for
+from .state import OUTCOMES, Call, Kind, Life, Rules, State, rules_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from .channel import EventChannel
@@ -65,7 +64,6 @@ _PortSpace = abi.PortSpace
 _PS_TCP = abi.PortSpace.TCP
 _QP_RC = abi.QpType.RC
 _DESTROYED = State.DESTROYED
-_IDLE = State.IDLE
 _ADDR_BOUND = State.ADDR_BOUND
 _CMD = wire.COMMAND
 _R = TypeVar("_R")
@@ -75,7 +73,6 @@ _TCP_RC = rules_for(_PS_TCP, _QP_RC)
 _CONNECT_CALL, _ESTABLISH_CALL, _DISCONNECT_CALL = Call.CONNECT, Call.ESTABLISH, Call.DISCONNECT
 _DATAGRAM = Kind.DATAGRAM
 _REQ, _REP = ("REQ", "SIDR_REQ"), ("REP", "SIDR_REP")  # the messages of connect and accept's parameters
-_create = _hot.create
 #: pyrdmacm.channel.EventChannel once an id was made (channel imports this module)
 _EventChannel: Any = None
 
@@ -147,7 +144,7 @@ def _private_data(value: Any, message: str, family: int) -> bytes:
     return data
 
 
-class CmId:
+class CmId(Life):
     """An rdma_cm id (``struct rdma_cm_id``).
 
     ``CmId(channel, ps=PortSpace.TCP)`` creates it (CREATE_ID);
@@ -158,12 +155,8 @@ class CmId:
         "channel",
         "handle",
         "uid",
-        "_rules",
         "_sync",
-        "_state",
-        "_cache",
         "_dst",
-        "_unacked",
         "_context",
         "_qpn",
         "_request",
@@ -175,10 +168,6 @@ class CmId:
     channel: "EventChannel"
     handle: int
     uid: int
-    _state: State
-    _rules: Rules
-    _unacked: int
-    _cache: Optional[List[Any]]
     _dst: Optional[Address]
     _request: Event
     _qpn: int
@@ -201,11 +190,11 @@ class CmId:
         if channel.__class__ is not _EventChannel:
             channel = self._own_channel(channel)
         assert channel is not None  # for the type checker: _own_channel returns one
-        if channel._live != _hot.PID:
+        if channel._live != _process.PID:
             channel._check()
         if context is not None:
             self._context = context
-        _create(self, channel, rules)
+        create(self, channel, rules)
 
     def _own_channel(self, channel: Optional["EventChannel"]) -> "EventChannel":
         """The channel of an id made with ``channel`` other than an EventChannel itself: a
@@ -218,7 +207,6 @@ class CmId:
             channel = EventChannel()
             self._sync = True
             channel._wait_first = True
-            channel._fast = 0
         elif not isinstance(channel, EventChannel):
             raise UsageError("channel must be an EventChannel or None, got %r" % (channel,))
         return channel
@@ -267,39 +255,34 @@ class CmId:
         return "<CmId uid=%d handle=%s %s %s>" % (self.uid, getattr(self, "handle", "?"), self.ps.name, self._state)
 
     # -- the general path of every call
-    def _transition(self, call: Call) -> State:
-        """The state ``call`` leads to; StateError (before any syscall) if it is illegal."""
-        st = self._state
-        if self.channel.closed:
-            raise StateError("%s: the id's event channel is closed (closing it destroyed the id)" % call)
-        new = self._rules.calls[call].get(st)
-        if new is None:
-            raise StateError("%s (uid %d)" % (refusal(self.kind, st, call), self.uid))
-        return new
-
-    def _call(self, call: Call, data: bytes, command: str, **ctx: Any) -> State:
-        """Write the command of ``call``: state checked and set before the write, put back if
-        the kernel refuses it.  Returns the new state.  ``ctx`` names what the refusal's
-        error shows (by default the peer's address: ``dst``)."""
+    def _ready(self, call: Call) -> None:
+        """StateError, before any syscall, unless ``call`` may be made now: the id's channel
+        open (and this process's), the call legal in the id's state."""
         ch = self.channel
-        old = self._state
-        new = self._rules.calls[call].get(old) if ch._live == _hot.PID else None
-        if new is None:  # illegal here, or the channel is closed or a forked child's: say which
-            new = self._transition(call)
+        if ch._live != _process.PID:
+            if ch.closed:
+                raise StateError("%s: the id's event channel is closed (closing it destroyed the id)" % call)
             ch._check()
-        self._state = new
-        self._cache = None
-        try:  # as the channel's submit(), the refusal naming the id's peer (found only then)
+        self._allowed(call)
+
+    def _call(self, call: Call, data: bytes, command: str, **ctx: Any) -> None:
+        """Write the command of ``call``: the id moves before the write, and back if the kernel
+        refuses it.  ``ctx`` names what the refusal's error shows (by default the peer's
+        address: ``dst``)."""
+        ch = self.channel
+        if ch._live != _process.PID:
+            self._ready(call)  # raises, saying why
+        old = self._begin(call)
+        try:
             n = ch._write(data)
-        except BaseException as e:
-            if self._state is new:
-                self._state = old
-            if isinstance(e, OSError):
-                raise ch._refused(e, command, ctx or {"dst": self._peer()}) from None
+        except OSError as e:
+            self._rollback(call, old)
+            raise ch._refused(e, command, ctx or {"dst": self._peer()}) from None
+        except BaseException:
+            self._rollback(call, old, refused=False)
             raise
         if n != len(data):
             raise ch._short(n, data, command)
-        return new
 
     def _complete(self, call: Call, command: str, membership: "Optional[Membership]" = None,
                   **ctx: Any) -> Event:
@@ -328,43 +311,44 @@ class CmId:
             data = _CMD["BIND"].encode(self.handle, a.size, 0, a.pack_storage())
             self._call(Call.BIND_ADDR, data, "BIND", src=a)
 
-    resolve_addr = _hot.resolve_addr
-    resolve_addr.__doc__ = """Resolve ``dst`` (and bind to ``src`` or a routed source): ``rdma_resolve_addr``.
+    def resolve_addr(self, dst: AddressLike, *, src: Optional[AddressLike] = None,
+                     timeout_ms: int = 2000) -> Optional[Event]:
+        """Resolve ``dst`` (and bind to ``src`` or a routed source): ``rdma_resolve_addr``.
 
-    Sends RESOLVE_ADDR (RESOLVE_IP on old kernels).  ADDR_RESOLVED or ADDR_ERROR
-    follows on the channel; in sync mode this waits for it and raises
-    :class:`EventError` on ADDR_ERROR.  A synchronous refusal (no route:
-    ENETUNREACH, a non-local source: EADDRNOTAVAIL ...) raises :class:`KernelError`.
-    On an id that is already bound the kernel ignores ``src``; a different ``src``
-    is warned about.  ``src`` and ``timeout_ms`` are keyword-only (C's order is
-    src, dst: a positional mistake must not resolve the source).
-    """
-
-    def _resolve_addr(self, dst: AddressLike, src: Optional[AddressLike], timeout_ms: int) -> Optional[Event]:
-        """The reference path of ``resolve_addr``: every case, every check spelled out."""
+        Sends RESOLVE_ADDR (RESOLVE_IP on old kernels).  ADDR_RESOLVED or ADDR_ERROR
+        follows on the channel; in sync mode this waits for it and raises
+        :class:`EventError` on ADDR_ERROR.  A synchronous refusal (no route:
+        ENETUNREACH, a non-local source: EADDRNOTAVAIL ...) raises :class:`KernelError`.
+        On an id that is already bound the kernel ignores ``src``; a different ``src``
+        is warned about.  ``src`` and ``timeout_ms`` are keyword-only (C's order is
+        src, dst: a positional mistake must not resolve the source).
+        """
         ch = self.channel
-        cached = ch._packed_dst
-        if dst is cached[0] and src is None:
-            d: Address = cached[1]
-            s = None
-            packed: Optional[Tuple[Any, Any, bytes]] = cached
-        else:
-            d = parse_address(dst)
-            s = parse_address(src) if src is not None else None
-            packed = None
+        packed = ch._packed_dst
+        if dst is packed[0] and src is None and timeout_ms.__class__ is int and 0 <= timeout_ms <= 0xFFFFFFFF:
+            # the common case: the destination this channel packed last, no source, a valid
+            # timeout (many ids resolving one destination parse and pack it once)
+            d: Address = packed[1]
+            self._dst = d
+            self._call(_RESOLVE_ADDR_CALL, _RESOLVE_ADDR_HEAD(_H_RESOLVE_ADDR, self.handle, timeout_ms) + packed[2],
+                       "RESOLVE_ADDR", src=None, dst=d)
+            if ch._wait_first and self.sync:  # a sync id's channel is its own
+                return self._complete(_RESOLVE_ADDR_CALL, "RESOLVE_ADDR", src=None, dst=d)
+            return None
+        d = parse_address(dst)
+        s = parse_address(src) if src is not None else None
         _u("timeout_ms", timeout_ms, 0xFFFFFFFF)
         if s is not None and s.family != d.family:
             raise UsageError(
                 "source %s and destination %s are of different families: the kernel requires one family" % (s, d)
             )
-        self._transition(Call.RESOLVE_ADDR)  # raises, saying why (closed, illegal)
-        ch._check()  # raises in a forked child
+        self._ready(Call.RESOLVE_ADDR)  # raises, saying why (closed, illegal)
         if s is not None and self._state is _ADDR_BOUND:
             bound = self._bound_src()
             if bound is None or bound != s:
                 warnings.warn(
                     SourceIgnoredWarning("id is already bound (to %s): the kernel ignores the source %s" % (bound, s)),
-                    stacklevel=3,
+                    stacklevel=2,
                 )
         if ch.legacy:
             data = _CMD["RESOLVE_IP"].encode(s.pack_in6() if s is not None else bytes(28), d.pack_in6(),
@@ -372,13 +356,11 @@ class CmId:
             command = "RESOLVE_IP"
         else:
             if s is None:
-                # many ids resolving one destination: its part of the command is packed once per channel
-                if packed is None:
-                    packed = ch._packed_dst = (dst, d, _hot.resolve_addr_tail(None, d))
+                packed = ch._packed_dst = (dst, d, resolve_addr_tail(None, d))
                 tail = packed[2]
             else:
-                tail = _hot.resolve_addr_tail(s, d)
-            data = _hot._RESOLVE_ADDR_HEAD(_hot.H_RESOLVE_ADDR, self.handle, timeout_ms) + tail
+                tail = resolve_addr_tail(s, d)
+            data = _RESOLVE_ADDR_HEAD(_H_RESOLVE_ADDR, self.handle, timeout_ms) + tail
             command = "RESOLVE_ADDR"
         self._dst = d
         self._call(Call.RESOLVE_ADDR, data, command, src=s, dst=d)
@@ -386,20 +368,19 @@ class CmId:
             return self._complete(Call.RESOLVE_ADDR, command, src=s, dst=d)
         return None
 
-    resolve_route = _hot.resolve_route
-    resolve_route.__doc__ = """Resolve the route to the destination (RESOLVE_ROUTE): ``rdma_resolve_route``.
+    def resolve_route(self, timeout_ms: int = 2000) -> Optional[Event]:
+        """Resolve the route to the destination (RESOLVE_ROUTE): ``rdma_resolve_route``.
 
-    ROUTE_RESOLVED or ROUTE_ERROR follows (in sync mode: waited for; ROUTE_ERROR
-    raises EventError).  The kernel refuses ``timeout_ms == 0`` with EINVAL; so do
-    we, before the syscall.
-    """
-
-    def _resolve_route(self, timeout_ms: int) -> Optional[Event]:
-        """The reference path of ``resolve_route``."""
-        _u("timeout_ms", timeout_ms, 0xFFFFFFFF, 1)
-        self._call(Call.RESOLVE_ROUTE, _CMD["RESOLVE_ROUTE"].encode(self.handle, timeout_ms), "RESOLVE_ROUTE")
+        ROUTE_RESOLVED or ROUTE_ERROR follows (in sync mode: waited for; ROUTE_ERROR
+        raises EventError).  The kernel refuses ``timeout_ms == 0`` with EINVAL; so do
+        we, before the syscall.
+        """
+        if (timeout_ms.__class__ is not int and (not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool))) \
+                or not 0 < timeout_ms <= 0xFFFFFFFF:
+            raise UsageError("timeout_ms must be an int in 1..4294967295 (milliseconds), got %r" % (timeout_ms,))
+        self._call(_RESOLVE_ROUTE_CALL, _ROUTE_CMD(_H_RESOLVE_ROUTE, self.handle, timeout_ms), "RESOLVE_ROUTE")
         if self.channel._wait_first and self.sync:
-            return self._complete(Call.RESOLVE_ROUTE, "RESOLVE_ROUTE", dst=self._peer())
+            return self._complete(_RESOLVE_ROUTE_CALL, "RESOLVE_ROUTE", dst=self._peer())
         return None
 
     def listen(self, backlog: int = 0) -> None:
@@ -502,6 +483,12 @@ class CmId:
 
     # -- connections: the passive side
     @property
+    def destination(self) -> Optional[Address]:
+        """The destination given to resolve_addr, as parsed (None before it); ``peer_addr`` is
+        what the kernel says (a query)."""
+        return self._peer()
+
+    @property
     def request(self) -> Optional[Event]:
         """The CONNECT_REQUEST event that made this id (None for an id made by CREATE_ID)."""
         return getattr(self, "_request", None)
@@ -518,14 +505,12 @@ class CmId:
 
         For a sync listener (``CmId(None)``), as in librdmacm: a listener with a channel
         gets its requests as CONNECT_REQUEST events of that channel."""
-        if self._state is not State.LISTEN:
-            raise StateError("get_request needs a listening id (state LISTEN), this one is %s (uid %d)"
-                             % (self._state, self.uid))
+        self._allowed(Call.GET_REQUEST)
         if not self.sync:
             raise UsageError("get_request is for a sync listener (CmId(None)); a listener with a channel "
                              "gets its requests as CONNECT_REQUEST events of the channel")
         ch = self.channel
-        t = ch._seconds(timeout)
+        t = timeout_seconds(timeout)
         deadline = None if t is None else _time.monotonic() + t
         while True:
             left = None if deadline is None else max(0.0, deadline - _time.monotonic())
@@ -555,7 +540,7 @@ class CmId:
         """
         ud = self.kind is Kind.DATAGRAM
         p, qp_num = self._conn_param(param, private_data, fields, _REP)
-        self._transition(Call.ACCEPT)
+        self._ready(Call.ACCEPT)
         if self.request is None:
             raise StateError("accept: id uid %d is no connection request's id" % self.uid)
         if self.sync:
@@ -565,12 +550,10 @@ class CmId:
         cmd = _CMD["ACCEPT"].encode(uid, *wire.conn_fields(p, qp_num), self.handle, 0, *p.ece)
         self._qpn = qp_num
         try:
-            self._call(Call.ACCEPT, cmd, "ACCEPT")
-        except BaseException as e:
+            self._call(Call.ACCEPT, cmd, "ACCEPT")  # refused: the kernel rejected the request itself (FAILED)
+        except BaseException:
             ch._ids.pop(uid, None)
             self.uid = 0
-            if isinstance(e, KernelError):
-                self._state = State.FAILED  # the kernel rejected the request itself (REJ 28)
             raise
         if self.sync and not ud:
             return self._complete(Call.ACCEPT, "ACCEPT", dst=self._peer())
@@ -630,9 +613,8 @@ class CmId:
         a = parse_address(addr)
         if not isinstance(send_only, bool):
             raise UsageError("send_only must be a bool, got %r" % (send_only,))
-        self._transition(Call.JOIN_MULTICAST)
+        self._ready(Call.JOIN_MULTICAST)
         ch = self.channel
-        ch._check()
         m = Membership(self, a, send_only, context)
         reply = ReplyBuffer(_CMD["JOIN_MCAST"].out)
         if ch.legacy:
@@ -734,7 +716,7 @@ class CmId:
         old = self.channel
         if channel is old:
             raise UsageError("the id is on that channel already")
-        self._transition(Call.MIGRATE)
+        self._ready(Call.MIGRATE)
         channel._check()
         mcs = self.memberships
         # registered on the new channel first: its events may arrive there at once
@@ -789,18 +771,30 @@ class CmId:
                             "WRITE_CM_EVENT")
 
 
-    destroy = _hot.destroy
-    destroy.__doc__ = """Destroy the id (DESTROY_ID): ``rdma_destroy_id``.  Returns ``events_reported``.
+    def destroy(self) -> int:
+        """Destroy the id (DESTROY_ID): ``rdma_destroy_id``.  Returns ``events_reported``.
 
-    Never blocks: events not yet acked are reported with an
-    :class:`UnackedEventsWarning` (librdmacm would wait for them for ever).
+        Never blocks: events not yet acked are reported with an
+        :class:`UnackedEventsWarning` (librdmacm would wait for them for ever).
 
-    Destroying is a CM verb: by the connection's state the kernel's IB CM sends the peer
-    a REJ 4 (TIMEOUT: our REQ was still outstanding), a REJ 28 without data (a request
-    not yet answered, or a REP not yet answered by an RTU), a DREQ and timewait (an
-    established connection), or the DREP (a DREQ received and not yet answered).  UD
-    ids send nothing.  Closing the channel destroys all its ids the same way.
-    """
+        Destroying is a CM verb: by the connection's state the kernel's IB CM sends the peer
+        a REJ 4 (TIMEOUT: our REQ was still outstanding), a REJ 28 without data (a request
+        not yet answered, or a REP not yet answered by an RTU), a DREQ and timewait (an
+        established connection), or the DREP (a DREQ received and not yet answered).  UD
+        ids send nothing.  Closing the channel destroys all its ids the same way.
+        """
+        ch = self.channel
+        if ch._live != _process.PID:
+            if ch.closed:
+                self._closed()
+                raise StateError("destroy: the id's event channel is closed (the kernel destroyed its ids then)")
+            ch._check()
+        reported = destroy_one(self)
+        if self._unacked:
+            warnings.warn(ch._unacked_warning([self], True), stacklevel=2)
+        if ch._wait_first and self.sync and not ch._ids:  # a sync id's channel is its own: closed with
+            ch.close()  # its last id (a sync listener's rejected request must not close the listener's)
+        return reported
 
     def __enter__(self) -> "CmId":
         return self
@@ -809,12 +803,11 @@ class CmId:
         if self._state is not _DESTROYED and not self.channel.closed:
             self.destroy()
 
-    def _ack(self, event: Event) -> None:
-        # Event.ack counts down _unacked itself (one call less per event); kept for callers
-        # that ack through the id
-        if self._unacked <= 0:
-            raise StateError("ack: every event of id uid %d was already acked" % self.uid)
-        self._unacked -= 1
+    def _requested(self, event: Event) -> Event:
+        """This id is the new id of the connection request ``event`` (which it counts)."""
+        self._request = event
+        self._counted()
+        return event
 
     def _peer(self) -> Optional[Address]:
         """The destination given to resolve_addr (None before it)."""
@@ -822,17 +815,6 @@ class CmId:
             return self._dst
         except AttributeError:
             return None
-
-    def _answers(self) -> List[Any]:
-        """The cached query answers ``[addr info, gids]``, until the next state change or
-        event (which drop the list: ``_cache = None``); made on first use."""
-        try:
-            cache = self._cache
-        except AttributeError:
-            cache = None
-        if cache is None:
-            cache = self._cache = [None, None]
-        return cache
 
     # -- queries (lazy, cached until the next state change)
     def _bound_src(self) -> Optional[Address]:
@@ -1078,7 +1060,7 @@ class Membership:
     def __init__(self, cm_id: CmId, addr: Address, send_only: bool, context: Any) -> None:
         self.id = cm_id
         self.addr = addr
-        self.uid = _hot.next_uid()
+        self.uid = _process.next_uid()
         self.handle = -1
         self.send_only = send_only
         self.context = context
@@ -1115,51 +1097,96 @@ def request_id(channel: "EventChannel", handle: int, listener: CmId) -> CmId:
     """
     obj: CmId = object.__new__(CmId)
     obj.channel, obj.handle, obj.uid = channel, handle, 0
-    obj._rules = listener._rules
+    obj._born(listener._rules, State.REQUEST)
     if listener.context is not None:
         obj._context = listener.context
     if listener.sync:
         obj._sync = True
-    obj._state, obj._unacked = State.REQUEST, 0
     return obj
 
 
-def create_reference(cm_id: CmId, channel: "EventChannel", ps: int, qp: int) -> CmId:
-    """The reference path of CREATE_ID (:func:`pyrdmacm._hot.create` is the one used): the
-    command from :mod:`pyrdmacm.wire`, written with the channel's ``submit``."""
+def create(cm_id: CmId, channel: "EventChannel", rules: Rules) -> CmId:
+    """CREATE_ID for a checked, not yet created ``cm_id`` on a live ``channel``, of the port
+    space and QP type of ``rules``: the one place that writes it (``CmId()``,
+    ``EventChannel.create_id`` and ``create_ids`` end here)."""
     cm_id.channel = channel
-    cm_id._rules = rules_for(abi.PortSpace(ps), abi.QpType(qp))
-    cm_id._state = _IDLE
-    cm_id._unacked = 0
-    reply = ReplyBuffer(_CMD["CREATE_ID"].out)
-    uid = cm_id.uid = _hot.next_uid()
-    channel.submit(_CMD["CREATE_ID"].encode(uid, reply.address, ps, qp, b""), "CREATE_ID")
+    cm_id._born(rules)
+    pool = channel._create_replies
+    try:
+        reply = pool.pop()
+    except IndexError:  # another thread has it
+        reply = ReplyBuffer(_N_CREATE_REPLY)
+    uid = cm_id.uid = _process.next_uid()
+    data = _CREATE_CMD(_H_CREATE, uid, reply.address, rules.ps, rules.qp_type, b"")
+    try:
+        n = channel._write(data)
+    except OSError as e:
+        pool.append(reply)
+        raise channel._refused(e, "CREATE_ID", {}) from None
+    if n != _N_CREATE:
+        pool.append(reply)
+        raise channel._short(n, data, "CREATE_ID")
     cm_id.handle = reply.u32[0]
+    pool.append(reply)
     channel._ids[uid] = cm_id
     return cm_id
 
 
-def destroy_reference(cm_id: CmId) -> int:
-    """The reference path of DESTROY_ID (:func:`pyrdmacm._hot.destroy` is the one used)."""
-    if cm_id._state is _DESTROYED:
-        raise StateError("destroy: id uid %d is already destroyed" % cm_id.uid)
+def destroy_one(cm_id: CmId, notify: bool = True) -> int:
+    """DESTROY_ID for an id of a live channel (its state checked here): ``events_reported``.
+    The one place that writes it (``destroy()``, ``destroy_ids`` and ``create_ids``' undo end
+    here).  ``notify``: tell the channel's watchers (a batch tells them once)."""
     ch = cm_id.channel
-    ch._check()
-    reply = ReplyBuffer(_CMD["DESTROY_ID"].out)
-    old = cm_id._state
-    cm_id._state = _DESTROYED
+    pool = ch._destroy_replies
+    old = cm_id._begin(_DESTROY_CALL)  # no call of the id from here on; its events read meanwhile stay its
     try:
-        ch.submit(_CMD["DESTROY_ID"].encode(reply.address, cm_id.handle, 0), "DESTROY_ID")
+        reply = pool.pop()
+    except IndexError:  # another thread has it
+        reply = ReplyBuffer(_N_DESTROY_REPLY)
+    data = _DESTROY_CMD(_H_DESTROY, reply.address, cm_id.handle, 0)
+    try:
+        n = ch._write(data)
+    except OSError as e:
+        pool.append(reply)
+        if not ch.closed:  # refused: the id lives on (a closed channel destroyed it anyway)
+            cm_id._rollback(_DESTROY_CALL, old)
+        raise ch._refused(e, "DESTROY_ID", {}) from None
     except BaseException:
-        if not ch.closed:
-            cm_id._state = old
+        pool.append(reply)
+        cm_id._rollback(_DESTROY_CALL, old, refused=False)
         raise
-    if not ch._reader_slot:
-        ch._grave[cm_id.uid] = cm_id
-    ch._ids.pop(cm_id.uid, None)
-    if ch._watchers:
-        ch._ended([cm_id.uid], "destroyed")
-    if cm_id._unacked:
-        warnings.warn(ch._unacked_warning([cm_id], True), stacklevel=2)
+    if n != _N_DESTROY:
+        pool.append(reply)
+        raise ch._short(n, data, "DESTROY_ID")
     reported: int = reply.u32[0]
+    pool.append(reply)
+    # Off the registry after DESTROY_ID: the kernel queues no event of the id from now on, and
+    # one that a reader took before (counted in events_reported) must still find its id -- in
+    # the grave while that reader holds the guard (it empties the grave when it lets go).
+    uid = cm_id.uid
+    if not ch._reader_slot:
+        ch._grave[uid] = cm_id
+    ch._ids.pop(uid, None)
+    if notify and ch._watchers:
+        ch._ended([uid], "destroyed")
     return reported
+
+
+def resolve_addr_tail(src: Optional[Address], dst: Address) -> bytes:
+    """RESOLVE_ADDR's bytes after ``id`` and ``timeout_ms`` for these addresses (src may be None)."""
+    data = _RESOLVE_ADDR.encode(0, 0, src.size if src is not None else 0, dst.size, 0,
+                                src.pack_storage() if src is not None else b"", dst.pack_storage())
+    return data[len(_H_RESOLVE_ADDR) + _RESOLVE_ADDR_HEAD_SIZE:]
+
+
+_CREATE, _DESTROY = _CMD["CREATE_ID"], _CMD["DESTROY_ID"]
+_CREATE_CMD, _H_CREATE, _N_CREATE, _N_CREATE_REPLY = _CREATE.pack, _CREATE.header, _CREATE.size, _CREATE.out
+_DESTROY_CMD, _H_DESTROY, _N_DESTROY, _N_DESTROY_REPLY = _DESTROY.pack, _DESTROY.header, _DESTROY.size, _DESTROY.out
+_RESOLVE_ADDR = _CMD["RESOLVE_ADDR"]
+_H_RESOLVE_ADDR = _RESOLVE_ADDR.header
+#: RESOLVE_ADDR's header and its first two fields (id, timeout_ms): the rest depends on the
+#: addresses only, and is packed once per destination (:func:`resolve_addr_tail`)
+_RESOLVE_ADDR_HEAD, _RESOLVE_ADDR_HEAD_SIZE = _RESOLVE_ADDR.head(2)
+assert _RESOLVE_ADDR.fields[:2] == ("id", "timeout_ms")
+_ROUTE_CMD, _H_RESOLVE_ROUTE = _CMD["RESOLVE_ROUTE"].pack, _CMD["RESOLVE_ROUTE"].header
+_DESTROY_CALL, _RESOLVE_ADDR_CALL, _RESOLVE_ROUTE_CALL = Call.DESTROY, Call.RESOLVE_ADDR, Call.RESOLVE_ROUTE

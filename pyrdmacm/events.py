@@ -4,8 +4,8 @@ Theory of operation
 -------------------
 ``rdma_ucm_event_resp`` carries the id's ``uid`` (ours), the kernel's handle,
 the event type, a status and a 304-byte parameter union.  :func:`decode_event_head`
-reads its head, from which the channel makes an :class:`Event` (a named tuple: immutable, cheap to
-make); the union is kept as bytes and decoded on first use by
+reads its head, from which the channel makes an :class:`Event` (a slotted object whose
+fields are read-only); the union is kept as bytes and decoded once, on first use, by
 :attr:`Event.param`, because which arm is meaningful depends on the id: UD
 ids (port spaces UDP and IPOIB, or PS_IB with a UD QP) get ``ud``, others
 ``conn``, USER/INTERNAL events (6.17+) ``arg32``.
@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import re
 import struct
-from typing import TYPE_CHECKING, Any, Dict, NamedTuple, Optional, Tuple, Union
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
 
 from . import abi
 from ._codec import CODECS
@@ -102,56 +103,116 @@ EVENT_HINTS: Dict[int, str] = {
 }
 
 
-class Event(NamedTuple):
+class Event:
     """One CM event (immutable).  ``id`` is the :class:`~pyrdmacm.CmId` it belongs to.
 
-    For ``CONNECT_REQUEST``, ``id`` is the *new* id the kernel made for the
-    incoming connection and ``listen_id`` the listener.
+    For ``CONNECT_REQUEST``, ``id`` is the *new* id the kernel made for the incoming
+    connection and ``listen_id`` the listener.  Its fields are read-only; ``param`` is
+    decoded on first use, once.
     """
 
-    event: Union[abi.CmEventType, int]
-    status: int
-    id: "CmId"
-    handle: int
-    raw_param: bytes
-    ece: Tuple[int, int]
-    listen_id: "Optional[CmId]" = None
-    #: MULTICAST_JOIN / MULTICAST_ERROR: the membership (``join_multicast``'s answer) it is for
-    membership: "Optional[Membership]" = None
+    __slots__ = ("_event", "_status", "_id", "_handle", "_raw", "_ece", "_listen_id", "_membership", "_param")
+
+    _param: Union[ConnParam, UdParam, Tuple[int, int], None]
+
+    def __init__(self, event: Union[abi.CmEventType, int], status: int, id: "CmId", handle: int,
+                 raw_param: bytes, ece: Tuple[int, int] = (0, 0), listen_id: "Optional[CmId]" = None,
+                 membership: "Optional[Membership]" = None) -> None:
+        self._event, self._status, self._id, self._handle = event, status, id, handle
+        self._raw, self._ece, self._listen_id, self._membership = raw_param, ece, listen_id, membership
+
+    # The fields, read-only: each a C-level getter at run time (an event's fields are read on
+    # every event's path); the type checker sees the same names as typed properties.
+    if TYPE_CHECKING:  # pragma: no cover
+        @property
+        def event(self) -> Union[abi.CmEventType, int]:
+            """The event type (a :class:`~pyrdmacm.abi.CmEventType`; an int the enum does not know)."""
+
+        @property
+        def status(self) -> int:
+            """0, a negative errno, or (REJECTED, UNREACHABLE of a datagram id) the peer's reason."""
+
+        @property
+        def id(self) -> "CmId":
+            """The id it belongs to (a connection request's new id, for CONNECT_REQUEST)."""
+
+        @property
+        def handle(self) -> int:
+            """The kernel's handle of that id."""
+
+        @property
+        def raw_param(self) -> bytes:
+            """The parameter union as the kernel wrote it (see :attr:`param`)."""
+
+        @property
+        def ece(self) -> Tuple[int, int]:
+            """The peer's ECE (vendor_id, attr_mod) of a connection event."""
+
+        @property
+        def listen_id(self) -> "Optional[CmId]":
+            """CONNECT_REQUEST: the listener the request came to."""
+
+        @property
+        def membership(self) -> "Optional[Membership]":
+            """MULTICAST_JOIN / MULTICAST_ERROR: the membership (``join_multicast``'s answer) it is for."""
+    else:
+        event = property(attrgetter("_event"), doc="The event type (a CmEventType; an int the enum does not know).")
+        status = property(attrgetter("_status"), doc="0, a negative errno, or (REJECTED, UNREACHABLE of a "
+                          "datagram id) the peer's reason.")
+        id = property(attrgetter("_id"), doc="The id it belongs to (a connection request's new id, for "
+                      "CONNECT_REQUEST).")
+        handle = property(attrgetter("_handle"), doc="The kernel's handle of that id.")
+        raw_param = property(attrgetter("_raw"), doc="The parameter union as the kernel wrote it (see param).")
+        ece = property(attrgetter("_ece"), doc="The peer's ECE (vendor_id, attr_mod) of a connection event.")
+        listen_id = property(attrgetter("_listen_id"), doc="CONNECT_REQUEST: the listener the request came to.")
+        membership = property(attrgetter("_membership"), doc="MULTICAST_JOIN / MULTICAST_ERROR: the membership "
+                              "(join_multicast's answer) it is for.")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not Event:
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def _fields(self) -> Tuple[Any, ...]:
+        return (self._event, self._status, self._id, self._handle, self._raw, self._ece, self._listen_id,
+                self._membership)
 
     @property
     def ok(self) -> bool:
         """False for the failure events (ADDR_ERROR, ROUTE_ERROR, REJECTED, ...)."""
-        return self.event not in _FAILURES
+        return self._event not in _FAILURES
 
     @property
     def status_name(self) -> str:
         """``'ETIMEDOUT'`` for -110; ``''`` for 0; the IB CM reject reason's name for REJECTED
         (``'INVALID_SERVICE_ID'`` for 8); the SIDR status's name for UNREACHABLE of a datagram id."""
-        status = self.status
+        status = self._status
         if not status:
             return ""
         if status > 0:
-            if self.event is _REJECTED:
+            if self._event is _REJECTED:
                 return abi.RejectReason.name_of(status)
-            if self.event is _UNREACHABLE and self._datagram():
+            if self._event is _UNREACHABLE and self._datagram():
                 return abi.SidrStatus.name_of(status)
         return errno_name(status)
 
     def _datagram(self) -> bool:
-        return getattr(self.id, "qp_type", abi.QpType.RC) == abi.QpType.UD
+        return getattr(self._id, "qp_type", abi.QpType.RC) == abi.QpType.UD
 
     @property
     def reason(self) -> Optional[int]:
         """REJECTED: the IB CM reject reason (a :class:`~pyrdmacm.abi.RejectReason` when known);
         UNREACHABLE of a datagram id with a SIDR status: that status
         (:class:`~pyrdmacm.abi.SidrStatus`); None otherwise."""
-        status = self.status
+        status = self._status
         if status <= 0:
             return None
-        if self.event is _REJECTED:
+        if self._event is _REJECTED:
             enum_cls: Any = abi.RejectReason
-        elif self.event is _UNREACHABLE and self._datagram():
+        elif self._event is _UNREACHABLE and self._datagram():
             enum_cls = abi.SidrStatus
         else:
             return None
@@ -162,7 +223,7 @@ class Event(NamedTuple):
 
     def explain(self) -> str:
         """What the event means and what to do, in a sentence ('' when there is nothing to say)."""
-        ev, status = self.event, self.status
+        ev, status = self._event, self._status
         if status > 0 and ev is _REJECTED:
             return _hints()[0].get(status, "the peer's CM rejected the connection (IB CM reason %d)" % status)
         if status > 0 and ev is _UNREACHABLE and self._datagram():
@@ -171,15 +232,23 @@ class Event(NamedTuple):
 
     @property
     def param(self) -> Union[ConnParam, UdParam, Tuple[int, int], None]:
-        """The parameter arm that applies to this id and event (decoded now): ``conn`` for
-        connected ids, ``ud`` for datagram ids and multicast events, ``arg32`` for USER and
-        INTERNAL events."""
-        ev = self.event
+        """The parameter arm that applies to this id and event, decoded on first use: ``conn``
+        for connected ids, ``ud`` for datagram ids and multicast events, ``arg32`` for USER
+        and INTERNAL events."""
+        try:
+            return self._param
+        except AttributeError:
+            pass
+        ev = self._event
+        p: Union[ConnParam, UdParam, Tuple[int, int], None]
         if ev in (abi.CmEventType.USER, abi.CmEventType.INTERNAL):
-            return _ARG32.unpack_from(self.raw_param)
-        if ev in _MC_EVENTS or self._datagram():
-            return decode_ud(self.raw_param)
-        return decode_conn(self.raw_param, self.ece)
+            p = _ARG32.unpack_from(self._raw)
+        elif ev in _MC_EVENTS or self._datagram():
+            p = decode_ud(self._raw)
+        else:
+            p = decode_conn(self._raw, self._ece)
+        self._param = p
+        return p
 
     @property
     def private_data(self) -> bytes:
@@ -190,17 +259,9 @@ class Event(NamedTuple):
 
     def ack(self) -> None:
         """Acknowledge the event (optional: pyrdmacm never blocks on unacked events)."""
-        cm_id = self[2]
-        try:
-            left = cm_id._unacked  # CmId._ack, inlined: a call less per event
-        except AttributeError:  # no CmId (an event made by hand): another kind of id may still count
-            ack = getattr(cm_id, "_ack", None)
-            if ack is not None:
-                ack(self)
-            return
-        if left <= 0:
-            cm_id._ack(self)  # raises, saying why
-        cm_id._unacked = left - 1
+        ack = getattr(self._id, "_ack", None)
+        if ack is not None:  # an event made by hand may name no id
+            ack()
 
     def __enter__(self) -> "Event":
         return self
@@ -209,10 +270,10 @@ class Event(NamedTuple):
         self.ack()
 
     def __repr__(self) -> str:
-        s = "Event(%s" % (self.event,)
-        if self.status:
-            s += ", status=%d %s" % (self.status, self.status_name)
-        return s + ", id=%r)" % (self.id,)
+        s = "Event(%s" % (self._event,)
+        if self._status:
+            s += ", status=%d %s" % (self._status, self.status_name)
+        return s + ", id=%r)" % (self._id,)
 
 
 _TYPES = {int(t): t for t in abi.CmEventType}

@@ -56,6 +56,7 @@ from pyroute2.netlink import nla, nlmsg  # type: ignore[import-untyped]
 from pyroute2.netlink.exceptions import NetlinkError  # type: ignore[import-untyped]
 
 from ._enum import NamedIntEnum
+from .abi import RdmaCmState
 from .errors import KernelError, UsageError
 
 
@@ -422,22 +423,10 @@ class NlPort:
     netdev: Optional[str]
 
 
-class CmIdState(NamedIntEnum):
-    """``enum rdma_cm_state`` (drivers/infiniband/core/cma_priv.h)."""
-
-    IDLE = 0
-    ADDR_QUERY = 1
-    ADDR_RESOLVED = 2
-    ROUTE_QUERY = 3
-    ROUTE_RESOLVED = 4
-    CONNECT = 5
-    DISCONNECT = 6
-    ADDR_BOUND = 7
-    LISTEN = 8
-    DEVICE_REMOVAL = 9
-    DESTROYING = 10
-    ADDRINFO_QUERY = 11
-    ADDRINFO_RESOLVED = 12
+#: The state of a cm_id as RDMA netlink reports it: the kernel's ``enum rdma_cm_state``, declared once,
+#: in the ABI layer (:class:`pyrdmacm.abi.RdmaCmState`); this is that very enum, by the name this
+#: module's callers know.
+CmIdState = RdmaCmState
 
 
 _PS_NAMES = {0x0002: "IPOIB", 0x0106: "TCP", 0x0111: "UDP", 0x013F: "IB"}
@@ -455,7 +444,7 @@ class CmIdInfo:
     dev_name: str
     port: Optional[int]
     ps: int  #: port space, e.g. 0x106 (TCP)
-    state: Union[CmIdState, int]
+    state: Union[RdmaCmState, int]
     src: Optional[Tuple[IPAddress, int]]  #: (address, port) when set
     dst: Optional[Tuple[IPAddress, int]]
     pid: Optional[int]  #: absent for kernel-owned ids
@@ -544,11 +533,11 @@ def sys_netns_mode(*, channel: Optional[RdmaNetlink] = None) -> str:
     return "shared" if mode else "exclusive"
 
 
-def _state(value: Optional[int]) -> Union[CmIdState, int]:
+def _state(value: Optional[int]) -> Union[RdmaCmState, int]:
     if value is None:
         return -1
     try:
-        return CmIdState(value)
+        return RdmaCmState(value)
     except ValueError:
         return value
 

@@ -211,7 +211,6 @@ def _sync_id(transport: Callable[[], Any]) -> CmId:
     """A sync id (a private channel and blocking calls) on the tier's device."""
     ch = EventChannel(transport())
     ch._wait_first = True
-    ch._fast = 0
     cm = CmId(ch)
     cm._sync = True
     return cm
@@ -565,11 +564,11 @@ def _held_dispatch(ch: EventChannel, event: E) -> tuple:
     read, go = threading.Event(), threading.Event()
     real = ch._dispatch
 
-    def held(view: Any) -> Any:
+    def held(view: Any, *args: Any) -> Any:
         if decode_event_head(view)[2] is event and not read.is_set():
             read.set()
             assert go.wait(20)
-        return real(view)
+        return real(view, *args)
 
     ch._dispatch = held  # type: ignore[method-assign]
     return read, go

@@ -29,6 +29,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
@@ -55,6 +56,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "test ran on one of the --lab suites")
     group.addoption("--lab-timeout", type=float, default=900, metavar="SECONDS",
                     help="time-out of one lab boot (default 900)")
+    group.addoption("--lab-jobs", type=int, metavar="N",
+                    help="lab boots side by side: at most N qemu processes at once (a pair "
+                         "topology counts two); default from this machine's cores and "
+                         f"memory ({default_jobs()} here)")
     group.addoption("--lab-mirror", metavar="URL",
                     help="the Debian mirror to download a lab kernel that is not cached yet "
                          "(default $PYRDMACM_LAB_MIRROR, else the one this machine's apt "
@@ -139,14 +144,15 @@ class LabItem(pytest.Item):
 
 
 class Boot:
-    """One run of tools/lab: the guest's pytest on every kernel test of a topology."""
+    """One run of tools/lab: the guest's pytest on every kernel test of a topology. Made
+    when the session starts; ``run`` (in a thread of the ``Scheduler``) boots the lab, and
+    ``done`` is set once its results are read."""
 
     def __init__(self, suite: str, topology: str, nodeids: list[str],
                  config: pytest.Config, session_dir: Path) -> None:
-        self.suite, self.topology = suite, topology
+        self.suite, self.topology, self.nodeids = suite, topology, nodeids
         self.out = session_dir / f"{suite}-{topology}"
-        self.out.mkdir(parents=True)
-        junit = self.out / "junit.xml"
+        self.junit = self.out / "junit.xml"
         rootpath = config.rootpath
         args = [str(rootpath / nodeid) for nodeid in nodeids]  # absolute: cwd-independent
         mirror = config.getoption("--lab-mirror")
@@ -155,7 +161,7 @@ class Boot:
         if topology == "pair":  # the peer agent, for the ``peer`` fixture
             peer = ["--peer-command",
                     "exec " + shlex.join([sys.executable, str(PEER_AGENT), "serve"])]
-        command = [
+        self.command = [
             sys.executable, str(LAB), "run", "--kernel", suite, "--topology", topology,
             "--timeout", str(config.getoption("--lab-timeout")), "--out", str(self.out), *peer,
             *mirror,
@@ -164,24 +170,66 @@ class Boot:
             # seconds of start-up under emulation, and kernel tests do not need it
             sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
             "-m", "kernel",
-            f"--rootdir={rootpath}", f"--junitxml={junit}", "-rA", *args,
+            f"--rootdir={rootpath}", f"--junitxml={self.junit}", "-rA", *args,
         ]
-        proc = subprocess.run(command, cwd=ROOT, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              errors="replace")
-        self.log = proc.stdout
-        (self.out / "lab-run.log").write_text(self.log)
-        self.exit = proc.returncode
+        self.qemus = 2 if topology == "pair" else 1  # qemu processes: the pair's peer too
+        self.done = threading.Event()
+        self.lock = threading.Lock()  # run's start against cancel
+        self.proc: subprocess.Popen | None = None
+        self.log = ""
+        self.exit: int | None = None
+        self.seconds = self.cpu_seconds = 0.0
         self.results: dict[tuple[str, str], tuple[str, str]] = {}
-        self.failure = None
-        if proc.returncode in (124, 125) or not junit.exists():
-            lab_lines = "\n".join(line for line in self.log.splitlines()
-                                  if line.startswith(("lab:", "    ")))
-            self.failure = (f"the kernel lab failed on {suite} (topology {topology}), "
-                            f"exit {proc.returncode}:\n{tail(lab_lines or self.log, 40)}\n"
-                            f"full output: {self.out / 'lab-run.log'}")
-        else:
-            self.parse(junit)
+        self.failure: str | None = None
+
+    def run(self) -> None:
+        """Boot the lab and read its results (in a worker thread); never raises."""
+        started = time.monotonic()
+        try:
+            self.out.mkdir(parents=True)
+            log_path = self.out / "lab-run.log"
+            with open(log_path, "wb") as log:
+                with self.lock:
+                    if self.failure:  # cancelled before it started
+                        return
+                    self.proc = subprocess.Popen(self.command, cwd=ROOT,
+                                                 stdin=subprocess.DEVNULL, stdout=log,
+                                                 stderr=subprocess.STDOUT)
+                # wait4: the CPU time of tools/lab and its qemu processes, for the summary
+                _, status, usage = os.wait4(self.proc.pid, 0)
+                self.proc.returncode = self.exit = os.waitstatus_to_exitcode(status)
+            self.cpu_seconds = usage.ru_utime + usage.ru_stime
+            self.log = log_path.read_text(errors="replace")
+            if self.exit in (124, 125) or not self.junit.exists():
+                lab_lines = "\n".join(line for line in self.log.splitlines()
+                                      if line.startswith(("lab:", "    ")))
+                self.failure = (f"the kernel lab failed on {self.suite} (topology "
+                                f"{self.topology}), exit {self.exit}:\n"
+                                f"{tail(lab_lines or self.log, 40)}\n"
+                                f"full output: {log_path}")
+            else:
+                self.parse(self.junit)
+        except Exception as e:  # reported on each of the boot's tests
+            self.failure = (f"the kernel lab could not run on {self.suite} (topology "
+                            f"{self.topology}): {type(e).__name__}: {e}")
+        finally:
+            self.seconds = time.monotonic() - started
+            self.done.set()
+
+    def cancel(self, why: str) -> None:
+        """Stop the boot if it runs (tools/lab stops its qemu on SIGTERM); if it never
+        started, its tests report ``why``."""
+        with self.lock:
+            proc = self.proc
+            if proc is None and not self.done.is_set():
+                self.failure = why
+        if proc is not None and proc.returncode is None:
+            try:
+                proc.terminate()
+            except ProcessLookupError:
+                pass
+        elif proc is None:
+            self.done.set()
 
     def parse(self, junit: Path) -> None:
         """Each test's outcome and text. A test reported twice (a failed call and an error
@@ -226,6 +274,87 @@ class Boot:
         return outcome, detail
 
 
+def default_jobs() -> int:
+    """How many qemu processes run at once by default. A TCG guest keeps one host core busy
+    while it computes, and idles while its tests wait (time-outs, TIME_WAIT, the peer);
+    the host's pytest mostly waits for the guests. So: one per core, less one core for the
+    host's pytest from 3 cores up, and no more than the memory holds (about 1.5 GiB each:
+    qemu itself and the guest's 512 MiB)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    jobs = cores if cores <= 2 else cores - 1
+    try:
+        with open("/proc/meminfo") as f:
+            available = next(int(line.split()[1]) for line in f
+                             if line.startswith("MemAvailable:"))  # KiB
+        jobs = min(jobs, available // (1536 * 1024))
+    except (OSError, StopIteration, ValueError):
+        pass
+    return max(1, jobs)
+
+
+class Scheduler:
+    """Runs the session's boots side by side, at most ``jobs`` qemu processes at once (a
+    pair counts two, yet runs even when ``jobs`` is 1), the biggest first; a boot that does
+    not fit while others run lets a smaller one start. Independent of pytest's own loop:
+    the boots proceed while the host's tests and the reports of earlier boots run."""
+
+    def __init__(self, boots: list[Boot], jobs: int) -> None:
+        self.jobs = jobs
+        # biggest first: fewer tests left for last, when the other slots would idle
+        self.pending = sorted(boots, key=lambda b: (-len(b.nodeids) * b.qemus))
+        self.boots = list(boots)
+        self.busy = 0
+        self.stopped = False
+        self.cond = threading.Condition()
+        self.thread = threading.Thread(target=self._loop, name="lab-scheduler", daemon=True)
+        self.workers: list[threading.Thread] = []
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _cost(self, boot: Boot) -> int:
+        return min(boot.qemus, self.jobs)
+
+    def _loop(self) -> None:
+        with self.cond:
+            while self.pending and not self.stopped:
+                boot = next((b for b in self.pending
+                             if self.busy + self._cost(b) <= self.jobs), None)
+                if boot is None:
+                    self.cond.wait()
+                    continue
+                self.pending.remove(boot)
+                self.busy += self._cost(boot)
+                worker = threading.Thread(target=self._run, args=(boot,), daemon=True,
+                                          name=f"lab-{boot.suite}-{boot.topology}")
+                self.workers.append(worker)
+                worker.start()
+
+    def _run(self, boot: Boot) -> None:
+        try:
+            boot.run()
+        finally:
+            with self.cond:
+                self.busy -= self._cost(boot)
+                self.cond.notify_all()
+
+    def stop(self) -> None:
+        """At the end of the session: boots not started never will, running ones stop."""
+        with self.cond:
+            self.stopped = True
+            pending, self.pending = self.pending, []
+            self.cond.notify_all()
+        for boot in pending:
+            boot.cancel("not run: the session ended before this lab boot started")
+        for boot in self.boots:
+            boot.cancel("not run: the session ended")
+        for worker in self.workers:
+            worker.join(timeout=30)
+
+
 class KernelTier:
     """Decides where each kernel test runs; boots the lab and reports its results."""
 
@@ -243,7 +372,11 @@ class KernelTier:
                                         f"choose from {', '.join(SUITES)} or all")
         self.lab_items: list[LabItem] = []
         self.boots: dict[tuple[str, str], Boot] = {}
+        self.scheduler: Scheduler | None = None
         self.ran = {suite: 0 for suite in self.suites}
+        jobs = config.getoption("--lab-jobs")
+        if jobs is not None and jobs < 1:
+            raise pytest.UsageError(f"--lab-jobs {jobs}: give 1 or more qemu processes")
         self.suite_of: dict[str, str] = {}
         self._session_dir: Path | None = None
 
@@ -285,14 +418,31 @@ class KernelTier:
             result.append(item)
         items[:] = result
 
+    def start_boots(self) -> None:
+        """Make every boot the selected kernel tests need and start the scheduler."""
+        if self.scheduler is not None or not self.lab_items:
+            return
+        tests: dict[tuple[str, str], list[str]] = {}
+        for item in self.lab_items:
+            tests.setdefault((item.suite, item.topology), []).append(item.original.nodeid)
+        for (suite, topology), nodeids in tests.items():
+            self.boots[(suite, topology)] = Boot(suite, topology, list(dict.fromkeys(nodeids)),
+                                                 self.config, self.session_dir())
+        jobs = self.config.getoption("--lab-jobs") or default_jobs()
+        self.scheduler = Scheduler(list(self.boots.values()), jobs)
+        self.scheduler.start()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session) -> None:
+        if not session.config.option.collectonly:
+            self.start_boots()
+
     def boot(self, suite: str, topology: str) -> Boot:
-        key = (suite, topology)
-        if key not in self.boots:
-            nodeids = list(dict.fromkeys(
-                i.original.nodeid for i in self.lab_items
-                if i.suite == suite and i.topology == topology))
-            self.boots[key] = Boot(suite, topology, nodeids, self.config, self.session_dir())
-        return self.boots[key]
+        """The boot of a lab item, once it has finished."""
+        self.start_boots()
+        boot = self.boots[(suite, topology)]
+        boot.done.wait()
+        return boot
 
     def session_dir(self) -> Path:
         """build/lab/pytest/TIME-PID: this session's lab logs (the newest 10 are kept)."""
@@ -325,6 +475,8 @@ class KernelTier:
         return [suite for suite, count in self.ran.items() if count == 0] if self.require else []
 
     def pytest_sessionfinish(self, session) -> None:
+        if self.scheduler is not None:  # -x, a ^C: stop what still runs or waits
+            self.scheduler.stop()
         if self.missing_suites() and session.exitstatus == 0:
             session.exitstatus = 1
 
@@ -332,6 +484,14 @@ class KernelTier:
         for suite in self.missing_suites():
             terminalreporter.write_line(
                 f"--require-lab: no kernel test ran on {suite}", red=True, bold=True)
-        for (suite, topology), boot in self.boots.items():
+        if self.scheduler is not None:
             terminalreporter.write_line(
-                f"kernel lab {suite}/{topology}: exit {boot.exit}, logs in {boot.out}")
+                f"kernel lab: {len(self.boots)} boots, at most {self.scheduler.jobs} qemu "
+                f"processes at once (--lab-jobs)")
+        for (suite, topology), boot in self.boots.items():
+            if boot.exit is None and boot.proc is None:
+                terminalreporter.write_line(f"kernel lab {suite}/{topology}: not run")
+                continue
+            terminalreporter.write_line(
+                f"kernel lab {suite}/{topology}: exit {boot.exit}, {boot.seconds:.0f} s "
+                f"(CPU {boot.cpu_seconds:.0f} s), logs in {boot.out}")

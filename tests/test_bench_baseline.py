@@ -119,7 +119,7 @@ def test_this_checkouts_head_extracts(bench, tmp_path):
     if not (ROOT / ".git").exists() or not shutil.which("git"):
         pytest.skip("not a git checkout")
     sha, folder = bench.baseline_tree("HEAD", into=tmp_path)
-    assert (folder / "pyrdmacm" / "__init__.py").is_file() and (folder / "pyrdmacm" / "cm.py").is_file()
+    assert (folder / "pyrdmacm" / "__init__.py").is_file() and (folder / "pyrdmacm" / "cmid.py").is_file()
 
 
 def run_python(code):

@@ -13,7 +13,7 @@ from typing import Any, Optional, Tuple
 
 import pytest
 
-from pyrdmacm import CmId, EventChannel, KernelError, PortSpace, State, StateError, UsageError, _hot, wire
+from pyrdmacm import CmId, EventChannel, KernelError, PortSpace, State, StateError, UsageError, _process, wire
 from pyrdmacm._codec import CODECS
 from pyrdmacm.abi import CmEventType as E
 from pyrdmacm.events import ConnParam, UdParam
@@ -96,7 +96,7 @@ def accept(ch: EventChannel, cm: CmId, qp_num: int = 0, private_data: bytes = b"
     id it registers the id under the uid the command carries, as accept() will: the
     ``ch._ids[uid] = id; id.uid = uid`` and ``_state`` lines are a stand-in until then."""
     if uid is None:
-        uid = _hot.next_uid() if valid else 0
+        uid = _process.next_uid() if valid else 0
     n = len(private_data) if pd_len is None else pd_len
     ch.submit(ACCEPT.encode(uid, qp_num, 0, private_data, n, srq, responder_resources, initiator_depth,
                             flow_control, 0, rnr_retry_count, valid, cm.handle, 0, ece[0], ece[1]), "ACCEPT")

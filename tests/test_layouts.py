@@ -55,7 +55,7 @@ def _modules_after(code: str) -> set:
 
 def test_the_runtime_does_not_import_construct():
     mods = _modules_after("from pyrdmacm import EventChannel, CmId\n"
-                          "import pyrdmacm.aio, pyrdmacm.channel, pyrdmacm.cmid, pyrdmacm._hot, pyrdmacm.wire, "
+                          "import pyrdmacm.aio, pyrdmacm.channel, pyrdmacm.cmid, pyrdmacm._process, pyrdmacm.wire, "
                           "pyrdmacm.events, pyrdmacm.records, pyrdmacm.state, pyrdmacm.errors, pyrdmacm._device\n"
                           "from pyrdmacm import *")
     assert "construct" not in mods

@@ -59,6 +59,7 @@ SPEC = {
     C.INIT_QP_ATTR: {k: {s: SAME for s in WITH_DEVICE} for k in BOTH},
     C.MIGRATE: {k: {s: SAME for s in LIVE} for k in BOTH},
     C.QUERY: {k: {s: SAME for s in LIVE} for k in BOTH},
+    C.GET_REQUEST: {k: {S.LISTEN: SAME} for k in BOTH},
     C.DESTROY: {k: {s: S.DESTROYED for s in LIVE} for k in BOTH},
 }
 

@@ -28,7 +28,9 @@ _EXPORTS: Dict[str, Tuple[str, ...]] = {
             "RejectReason", "SidrStatus"),
     "addr": ("Address", "parse_address"),
     "channel": ("EventChannel", "UnackedEventsWarning"),
-    "cmid": ("CmId", "Membership", "SourceIgnoredWarning", "allocate_qp_num"),
+    "cmid": ("CmId", "SourceIgnoredWarning"),
+    "membership": ("Membership",),
+    "_params": ("allocate_qp_num",),
     "errors": ("DecodeError", "DeviceNodeError", "EventError", "KernelError", "PrecheckError", "RdmaCmError",
                "StateError", "UsageError"),
     "events": ("Event",),
@@ -54,7 +56,9 @@ if TYPE_CHECKING:  # what type checkers see; tests/test_layouts.py checks it is 
     )
     from .addr import Address, parse_address
     from .channel import EventChannel, UnackedEventsWarning
-    from .cmid import CmId, Membership, SourceIgnoredWarning, allocate_qp_num
+    from ._params import allocate_qp_num
+    from .cmid import CmId, SourceIgnoredWarning
+    from .membership import Membership
     from .errors import (
         DecodeError,
         DeviceNodeError,

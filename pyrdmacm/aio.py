@@ -104,7 +104,8 @@ from .abi import CmEventType
 from .addr import parse_address
 from ._device import timeout_seconds
 from .channel import EventChannel
-from .cmid import CmId, Membership
+from .cmid import CmId
+from .membership import Membership
 from .errors import EventError, RdmaCmError, StateError, UsageError
 from .events import Event
 from .state import OUTCOMES, Call, Kind, Outcome, State

@@ -38,7 +38,10 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from . import _device, _process, abi, wire
 from ._device import KernelDevice, ReplyBuffer, Transport, Waker, timeout_seconds
-from .cmid import CmId, Membership, create, destroy_one, port_space, request_id
+from ._params import port_space
+from ._lifecycle import create, destroy_one
+from .cmid import CmId
+from .membership import Membership
 from .errors import KernelError, StateError, UsageError
 from .events import _TYPES, _UNPACK_EVENT, EVENT_RESP_SIZE, Event
 from .state import State, rules_for
@@ -109,7 +112,7 @@ class EventChannel:
         #: who is told when ids stop being this channel's (:meth:`watch`)
         self._watchers: List[Any] = []
         #: ids destroyed while a reader held the guard: an event it had read already still finds
-        #: its id here (emptied when the reader lets go; see :func:`pyrdmacm.cmid.destroy_one`)
+        #: its id here (emptied when the reader lets go; see :func:`pyrdmacm._lifecycle.destroy_one`)
         self._grave: Dict[int, CmId] = {}
         self._pid = os.getpid()
         #: the opening process's id while the channel is open, 0 once closed: every call
@@ -418,7 +421,7 @@ class EventChannel:
         if ev is _CONNECT_REQUEST:
             # a request read before its listener's DESTROY_ID returned is handed out too: its
             # id is the caller's to accept, reject or destroy (else the peer waits unanswered)
-            new = request_id(self, handle, cm_id)
+            new = cm_id._spawn(self, handle)
             return new._requested(Event(ev, status, new, handle, raw, ece, cm_id, None))
         cm_id._on_event_with_effects(ev)
         if ev is _DISCONNECTED and self.answer_disconnect and cm_id._state is not _DESTROYED:
@@ -473,6 +476,11 @@ class EventChannel:
         uid = cm_id.uid = _process.next_uid()
         self._ids[uid] = cm_id
         return uid
+
+    def _unregister(self, cm_id: CmId) -> None:
+        """Undo :meth:`_register` (the ACCEPT it was for did not go through)."""
+        self._ids.pop(cm_id.uid, None)
+        cm_id.uid = 0
 
     @property
     def ids(self) -> List[CmId]:

@@ -30,7 +30,8 @@ from .state import FAILURE_EVENTS
 from .wire import decode_conn, decode_ud
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .cmid import CmId, Membership
+    from .cmid import CmId
+    from .membership import Membership
 
 __all__ = ["Event", "ConnParam", "UdParam", "decode_event_head", "EVENT_RESP_SIZE", "REJECT_HINTS", "SIDR_HINTS"]
 

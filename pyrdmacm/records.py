@@ -41,7 +41,7 @@ class ConnParam:
 
     ``qp_num`` is the QP the connection is for.  pyrdmacm has no QP: the kernel carries
     the number to the peer as given (24 bits), and the peer's data goes there.  ``None``
-    (the default) takes a number from :func:`pyrdmacm.cmid.allocate_qp_num`, unique in the
+    (the default) takes a number from :func:`pyrdmacm.allocate_qp_num`, unique in the
     process; give your own QP's number when you have one.  ``retry_count`` is the one the
     peer's QP uses for its sends to us (Soft-RoCE retries for ever at 7).  ``ece`` is the
     (vendor_id, attr_mod) pair of Enhanced Connection Establishment (5.8+).

@@ -405,3 +405,29 @@ def service_records(raw: bytes) -> Tuple[int, List[ServiceRecord]]:
                                  v[_SR["lease"]], v[_SR["key"]], v[_SR["name"]].split(b"\0", 1)[0].decode(
                                      "utf-8", "replace")))
     return total, out
+
+
+# -- commands packed from templates: what varies per call is packed into bytes made once
+
+#: connect()/accept() with no parameters (the QP number aside): a ConnParam of defaults
+DEFAULT_CONN_PARAM = ConnParam()
+_ACCEPT, _CONNECT, _RESOLVE_ADDR = COMMAND["ACCEPT"], COMMAND["CONNECT"], COMMAND["RESOLVE_ADDR"]
+#: establish(): ACCEPT with nothing but the id (uid 0, parameters invalid), as librdmacm sends it
+#: (``ESTABLISH(handle)``); every other field is zero, packed once
+ESTABLISH = _ACCEPT.packer({}, ("id",))
+#: CONNECT with the default parameters (``CONNECT_DEFAULT(qp_num, handle)``): the rest is
+#: :data:`DEFAULT_CONN_PARAM`'s, packed once
+CONNECT_DEFAULT = _CONNECT.packer(
+    dict(zip(_CONNECT.fields, conn_fields(DEFAULT_CONN_PARAM, 0) + (0, 0) + DEFAULT_CONN_PARAM.ece)),
+    ("conn_param.qp_num", "id"))
+#: RESOLVE_ADDR's header and its first two fields (``RESOLVE_ADDR_HEAD(header, id, timeout_ms)``):
+#: the rest depends on the addresses only (:func:`resolve_addr_tail`), packed once per destination
+RESOLVE_ADDR_HEAD, _RESOLVE_ADDR_HEAD_SIZE = _RESOLVE_ADDR.head(2)
+assert _RESOLVE_ADDR.fields[:2] == ("id", "timeout_ms")
+
+
+def resolve_addr_tail(src: Optional[Address], dst: Address) -> bytes:
+    """RESOLVE_ADDR's bytes after ``id`` and ``timeout_ms`` for these addresses (src may be None)."""
+    data = _RESOLVE_ADDR.encode(0, 0, src.size if src is not None else 0, dst.size, 0,
+                                src.pack_storage() if src is not None else b"", dst.pack_storage())
+    return data[len(_RESOLVE_ADDR.header) + _RESOLVE_ADDR_HEAD_SIZE:]

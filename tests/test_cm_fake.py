@@ -182,9 +182,8 @@ def test_a_request_id_registered_under_a_fresh_uid_gets_its_events():
         ev = ch.get_event(1)
         # delivered; the state stays: only an accept (REQUEST -> CONNECT) lets ESTABLISHED move it
         assert ev.id is new and ev.event is E.ESTABLISHED and new.state is State.REQUEST
-        from pyrdmacm.cmid import request_id
 
-        stranger = request_id(ch, 999, listener)  # a request's id of the other channel
+        stranger = listener._spawn(ch, 999)  # a request's id of the other channel
         with pytest.raises(UsageError):
             other._register(stranger)
         req.ack()

@@ -25,21 +25,21 @@ class TestFakeFabric(suite(conn_behaviour)):
 
 def test_establish_writes_what_encode_dict_makes():
     """establish()'s ACCEPT is packed from a template: the same bytes as the reference encoder."""
-    from pyrdmacm import cmid, wire
+    from pyrdmacm import wire
 
     for handle in (0, 1, 0x12345678, 0xFFFFFFFF):
-        assert cmid._ESTABLISH(handle) == wire.COMMAND["ACCEPT"].encode_dict({"id": handle})
+        assert wire.ESTABLISH(handle) == wire.COMMAND["ACCEPT"].encode_dict({"id": handle})
 
 
 def test_connect_with_default_parameters_writes_what_the_encoder_makes():
     """connect() / connect(qp_num=N) pack CONNECT from a template of the default parameters:
     the same bytes as the general encoder of those parameters."""
-    from pyrdmacm import cmid, wire
+    from pyrdmacm import wire
 
     c = wire.COMMAND["CONNECT"]
-    p = cmid._DEFAULT_PARAM
+    p = wire.DEFAULT_CONN_PARAM
     for qpn, handle in ((0x100000, 0), (0xFFFFFE, 1), (0x123456, 0xFFFFFFFF)):
-        assert cmid._CONNECT_DEFAULT(qpn, handle) == c.encode(*wire.conn_fields(p, qpn), handle, 0, *p.ece)
+        assert wire.CONNECT_DEFAULT(qpn, handle) == c.encode(*wire.conn_fields(p, qpn), handle, 0, *p.ece)
 
 
 def test_packer_puts_the_varying_fields_in_the_order_given():

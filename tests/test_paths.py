@@ -189,12 +189,12 @@ def test_connection_events_move_the_ids_and_the_peers_dreq_is_answered():
 def test_default_connect_parameters_are_those_of_an_empty_conn_param():
     """connect()/accept() without parameters take a ConnParam checked once: the bytes are
     those of connect(ConnParam(qp_num=N))."""
-    from pyrdmacm import cmid, wire
+    from pyrdmacm import wire
     from pyrdmacm.records import ConnParam
 
-    assert cmid._DEFAULT_PARAM == ConnParam()
+    assert wire.DEFAULT_CONN_PARAM == ConnParam()
     for qpn in (2, 0x4321, 0xFFFFFE):
-        fast = wire.conn_fields(cmid._DEFAULT_PARAM, qpn)
+        fast = wire.conn_fields(wire.DEFAULT_CONN_PARAM, qpn)
         assert fast == wire.conn_fields(ConnParam(qp_num=qpn), qpn)
 
 

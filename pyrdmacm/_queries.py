@@ -1,0 +1,165 @@
+"""What the kernel says of an id: QUERY ADDR, GID, PATH and IB_SERVICE, and librdmacm's
+accessors over them (``rdma_get_local_addr`` ...).
+
+librdmacm queries the kernel after every event; an id here asks on first use of what
+the queries return and caches the answers (:meth:`~pyrdmacm.state.Life._answers`) until
+the id moves: the same answers, without the cost for callers that never ask.
+:class:`Queries` is the part of :class:`~pyrdmacm.cmid.CmId` that asks.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+from typing import Any, Callable, List, Optional, Tuple, TypeVar
+
+from . import abi, wire
+from .addr import AF_IB, Address
+from .errors import KernelError, StateError
+from .records import AddrInfo, DeviceRef, PathRecord, ServiceRecord
+from .state import Life, State
+
+__all__ = ["Queries"]
+
+_CMD = wire.COMMAND
+_DESTROYED = State.DESTROYED
+_R = TypeVar("_R")
+
+
+class Queries(Life):
+    """The queries of an id (a mixin of :class:`~pyrdmacm.cmid.CmId`, which has the rest)."""
+
+    __slots__ = ()
+
+    #: the id's channel (an :class:`~pyrdmacm.EventChannel`), its kernel handle and uid
+    channel: Any
+    handle: int
+    uid: int
+
+    def _peer(self) -> Optional[Address]:  # pragma: no cover - CmId's
+        raise NotImplementedError
+
+    def _bound_src(self) -> Optional[Address]:
+        try:
+            return self.query_addr().src
+        except KernelError:
+            return None
+
+    def _alive(self, call: str) -> None:
+        # before any cache or syscall: the kernel reuses a destroyed id's handle for new ids
+        if self._state is _DESTROYED:
+            raise StateError("%s on a destroyed id (uid %d): create a new id" % (call, self.uid))
+        self.channel._check()
+
+    def _ask(self, command: str, option: int, prefill: bytes, decode: Callable[[Any], _R]) -> _R:
+        """One QUERY (or QUERY_ROUTE) into the channel's query buffer, under its command lock,
+        the buffer cleared (and prefilled) first; ``decode`` reads the reply."""
+        ch = self.channel
+        buf = ch._r_query
+        with ch._cmd_lock:
+            buf.clear()
+            if prefill:
+                buf.fill(prefill)
+            ch.submit(_CMD[command].encode(buf.address, self.handle, option), _CMD[command].cmd.name,
+                      dst=self._peer())
+            return decode(buf.view)
+
+    def query_addr(self) -> AddrInfo:
+        """QUERY ADDR (QUERY_ROUTE on old kernels): source, destination, device, port, pkey."""
+        self._alive("query_addr")
+        cache = self._answers()
+        if cache[0] is not None:
+            return cache[0]  # type: ignore[no-any-return]
+        ch = self.channel
+        if ch.legacy:
+            r = self._ask("QUERY_ROUTE", 0, wire.route_reply_prefill(), wire.route_reply)
+        else:
+            r = self._ask("QUERY_ADDR", abi.QueryOption.ADDR, wire.addr_reply_prefill(), wire.addr_reply)
+        device = None
+        if r.node_guid or (r.ibdev_index is not None and r.port_num):
+            name, index = ch._t.identify_device(r.ibdev_index, r.node_guid)
+            device = DeviceRef(name, index, r.node_guid)
+        info = AddrInfo(r.src, r.dst, device, r.port_num, r.pkey)
+        cache[0] = info  # into the list taken before asking: an event meanwhile dropped it
+        return info
+
+    def query_gid(self) -> Tuple[Optional[Address], Optional[Address]]:
+        """QUERY GID: source and destination as AF_IB addresses (the GIDs, pkey, service id)."""
+        self._alive("query_gid")
+        cache = self._answers()
+        if cache[1] is not None:
+            return cache[1]  # type: ignore[no-any-return]
+        r = self._ask("QUERY_ADDR", abi.QueryOption.GID, b"", wire.addr_reply)
+        res = (r.src, r.dst)
+        cache[1] = res
+        return res
+
+    def query_path(self) -> List[PathRecord]:
+        """QUERY PATH: the path records of the resolved route (up to 6)."""
+        self._alive("query_path")
+        return self._ask("QUERY_PATH", abi.QueryOption.PATH, b"",
+                         lambda view: wire.path_records(bytes(view[: wire.QUERY_PATH_REPLY_SIZE])))
+
+    def query_ib_service(self) -> List[ServiceRecord]:
+        """QUERY IB_SERVICE (Linux 6.17+): the service records RESOLVE_IB_SERVICE found (up to
+        six), [] when there are none (the kernel's ENODATA).  Older kernels refuse the option
+        (ENOSYS)."""
+        self._alive("query_ib_service")
+        try:
+            total, recs = self._ask("QUERY_IB_SERVICE", abi.QueryOption.IB_SERVICE, b"",
+                                    lambda view: wire.service_records(bytes(view[: wire.QUERY_IB_SERVICE_REPLY_SIZE])))
+        except KernelError as e:
+            if e.errno == errno.ENODATA:  # the kernel has none (nothing resolved)
+                return []
+            raise
+        return recs
+
+    # -- librdmacm's accessors
+    def get_local_addr(self) -> Optional[Address]:
+        """``rdma_get_local_addr``: the bound source address (and port)."""
+        return self.query_addr().src
+
+    def get_peer_addr(self) -> Optional[Address]:
+        """``rdma_get_peer_addr``: the destination address (and port)."""
+        info = self.query_addr()
+        return info.dst if info.dst is not None else self._peer()
+
+    def get_src_port(self) -> int:
+        """``rdma_get_src_port``, as a host-order number (librdmacm returns it in network order)."""
+        a = self.get_local_addr()
+        return a.port if a is not None else 0
+
+    def get_dst_port(self) -> int:
+        """``rdma_get_dst_port``, as a host-order number (librdmacm returns it in network order)."""
+        a = self.get_peer_addr()
+        return a.port if a is not None else 0
+
+    local_addr = property(get_local_addr)
+    peer_addr = property(get_peer_addr)
+
+    @property
+    def device(self) -> Optional[DeviceRef]:
+        """The RDMA device the id is bound to (QUERY ADDR, cached until the id moves), or None."""
+        return self.query_addr().device
+
+    @property
+    def port_num(self) -> int:
+        """The device's port the id is bound to (QUERY ADDR); 0 while unbound."""
+        return self.query_addr().port_num
+
+    @property
+    def pkey(self) -> int:
+        """The partition key of the id's address (QUERY ADDR; 0x0000 on RoCE, whose GIDs carry none)."""
+        return self.query_addr().pkey
+
+    @property
+    def sgid(self) -> Optional[ipaddress.IPv6Address]:
+        """The source GID (QUERY GID, the AF_IB view of the addresses), or None while unbound."""
+        s = self.query_gid()[0]
+        return s.ip if s is not None and s.family == AF_IB else None  # type: ignore[return-value]
+
+    @property
+    def dgid(self) -> Optional[ipaddress.IPv6Address]:
+        """The destination GID (QUERY GID), or None before resolve_addr's ADDR_RESOLVED."""
+        d = self.query_gid()[1]
+        return d.ip if d is not None and d.family == AF_IB else None  # type: ignore[return-value]

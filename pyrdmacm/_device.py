@@ -206,6 +206,7 @@ def _too_many_files(e: OSError, what: str) -> DeviceNodeError:
 
 
 _FD_LIMIT = (errno.EMFILE, errno.ENFILE)
+_os_write = os.write
 
 
 def _release(slot: List[int], ident: Tuple[int, int, int]) -> None:
@@ -352,9 +353,9 @@ class KernelDevice:
         users.append(None)  # in flight: close() leaves the fd open until we are out
         try:
             fd = self._fd  # read after counting ourselves in: >= 0 means open until we leave
-            if fd < 0:
-                raise OSError(errno.EBADF, "the rdma_cm channel is closed")
-            return os.write(fd, data)
+            if fd >= 0:
+                return _os_write(fd, data)
+            raise OSError(errno.EBADF, "the rdma_cm channel is closed")
         finally:
             users.pop()
             if self._fd < 0 and not users:  # closed meanwhile, and we were the last: close it

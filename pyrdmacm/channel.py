@@ -271,15 +271,11 @@ class EventChannel:
             if first is None:
                 return out
             out.append(first)
-            write, data, view, dispatch = self._write, self._b_get_event, self._event_view, self._dispatch
+            read = self._read
             while len(out) < max_events:
-                try:
-                    write(data)
-                except OSError:
-                    break  # drained (EAGAIN: a burst's end, not an empty look), or a fault the next call reports
-                ev = dispatch(view, count)
+                ev = read(0, count, True)
                 if ev is None:
-                    break  # dropped (its id destroyed meanwhile): the burst ends; the rest stays queued
+                    break  # drained (a burst's end, not an empty look), or an id destroyed meanwhile
                 out.append(ev)
             return out
         finally:
@@ -289,25 +285,30 @@ class EventChannel:
                 self._waker.close()
             slot.append(True)
 
-    def _read(self, timeout: Optional[float], count: bool) -> Optional[Event]:
+    def _read(self, timeout: Optional[float], count: bool, burst: bool = False) -> Optional[Event]:
         """The one read of every reader, under its guard: GET_EVENT on the non-blocking fd, and
-        a wait while nothing is queued, until ``timeout`` (0: only look; None: for ever).
+        a wait while nothing is queued, until ``timeout`` (0: only look; None: for ever); the
+        event decoded, its id found and moved (the state module's rows), the event made.
 
         A read that follows a look which found the queue empty waits first, as does a sync
         id's private channel (its event is almost never there right after its command), as
         librdmacm's blocking read does, instead of a GET_EVENT that can only say EAGAIN.
-        ``count``: the event counts as not acknowledged (get_events(ack=True): it does not)."""
+        ``count``: the event counts as not acknowledged (get_events(ack=True): it does not).
+        ``burst``: the rest of a get_events burst, which ends at the first EAGAIN, a fault or
+        an event of an id destroyed meanwhile (None; a burst's EAGAIN is no empty look)."""
         deadline: Any = _UNSET
         if (self._drained or self._wait_first) and timeout != 0:
             deadline = None if timeout is None else _monotonic() + timeout
             if not self._wait_readable(deadline):
                 return None
             self._drained = False
-        write, data, view = self._write, self._b_get_event, self._event_view
+        write, data, view, ids = self._write, self._b_get_event, self._event_view, self._ids
         while True:
             try:
                 write(data)
             except BlockingIOError:
+                if burst:
+                    return None
                 self._drained = True
                 if timeout == 0:
                     return None  # only looking: nothing queued
@@ -317,11 +318,27 @@ class EventChannel:
                     return None
                 continue
             except OSError as e:
+                if burst:
+                    return None  # the next call reports it
                 raise self._read_fault(e) from None
-            ev = self._dispatch(view, count)
-            if ev is not None:
-                return ev
+            uid, handle, number, status, raw, vid, mod = _UNPACK_EVENT(view)
+            cm_id = ids.get(uid)
+            if cm_id is not None:
+                try:
+                    ev = cm_id._on_event(number, count)
+                except KeyError:  # an event with effects, or a number the table does not know
+                    pass
+                else:
+                    return Event(ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE)
+            event = self._dispatch_effects(uid, handle, _TYPES.get(number, number), status, raw,
+                                           (vid, mod) if vid or mod else NO_ECE)
+            if event is not None:
+                if not count:
+                    event.ack()
+                return event
             # dropped (its id destroyed meanwhile): read the next, within the deadline
+            if burst:
+                return None
             if timeout is not None:
                 if deadline is _UNSET:
                     deadline = _monotonic() + timeout
@@ -383,25 +400,6 @@ class EventChannel:
                     self._waker.drain()
         finally:
             self._reader = None
-
-    def _dispatch(self, view: Any, count: bool = True) -> Optional[Event]:
-        """The event in ``view`` (a GET_EVENT's reply): its id found and moved (the state
-        module's rows), the event made; None when it is for no id of this channel (one
-        destroyed, or a group left, meanwhile).  ``count``: it counts as not acknowledged."""
-        uid, handle, number, status, raw, vid, mod = _UNPACK_EVENT(view)
-        cm_id = self._ids.get(uid)
-        if cm_id is not None:
-            try:
-                ev = cm_id._on_event(number, count)
-            except KeyError:  # an event with effects, or a number the table does not know
-                pass
-            else:
-                return Event(ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE)
-        event = self._dispatch_effects(uid, handle, _TYPES.get(number, number), status, raw,
-                                       (vid, mod) if vid or mod else NO_ECE)
-        if event is not None and not count:
-            event.ack()
-        return event
 
     def _dispatch_effects(self, uid: int, handle: int, ev: Any, status: int, raw: bytes,
                           ece: Tuple[int, int]) -> Optional[Event]:

@@ -840,7 +840,6 @@ def test_a_write_racing_with_close_never_reaches_a_file_that_reused_the_number(w
     returns, a file opened meanwhile gets another number, and the last write out closes it."""
     import os
     import threading
-    import types
 
     from pyrdmacm import _device, wire
 
@@ -848,15 +847,15 @@ def test_a_write_racing_with_close_never_reaches_a_file_that_reused_the_number(w
     ch = EventChannel()
     fd = ch.fileno()
     inside, go = threading.Event(), threading.Event()
-    real_os = _device.os
+    real_write = os.write
 
     def held_write(f: int, data: bytes) -> int:
         if f == fd:  # the device's (not the waker's, which close() signals)
             inside.set()
             assert go.wait(10)
-        return real_os.write(f, data)
+        return real_write(f, data)
 
-    monkeypatch.setattr(_device, "os", types.SimpleNamespace(**{**vars(real_os), "write": held_write}))
+    monkeypatch.setattr(_device, "_os_write", held_write)
     outcome: list = []
     # DESTROY_ID of a handle no id has: the kernel refuses it, but it must reach the kernel
     data = wire.COMMAND["DESTROY_ID"].encode(0, 0x7FFFFFF0, 0)

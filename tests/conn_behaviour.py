@@ -25,7 +25,6 @@ from pyrdmacm.abi import NotifyEvent, OptionId, QpAttrMask, QpState, RejectReaso
 from pyrdmacm.errors import EventError, KernelError, StateError, UsageError
 from pyrdmacm.conformance import known_bug
 from pyrdmacm.records import ConnParam, UdParam
-from pyrdmacm.events import decode_event_head
 
 _ports = itertools.count(20000 + os.getpid() % 1000 * 20)
 
@@ -562,15 +561,15 @@ def _held_dispatch(ch: EventChannel, event: E) -> tuple:
     """Make ``ch``'s reader stop after it read an ``event`` (between GET_EVENT and handing the
     event out), until released: (read: set when it stopped there, go: release it)."""
     read, go = threading.Event(), threading.Event()
-    real = ch._dispatch
+    real = ch._dispatch_effects  # where a request, and the peer's DISCONNECTED, are handed out
 
-    def held(view: Any, *args: Any) -> Any:
-        if decode_event_head(view)[2] is event and not read.is_set():
+    def held(uid: int, handle: int, ev: Any, *args: Any) -> Any:
+        if ev is event and not read.is_set():
             read.set()
             assert go.wait(20)
-        return real(view, *args)
+        return real(uid, handle, ev, *args)
 
-    ch._dispatch = held  # type: ignore[method-assign]
+    ch._dispatch_effects = held  # type: ignore[method-assign]
     return read, go
 
 

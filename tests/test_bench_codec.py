@@ -66,9 +66,13 @@ def test_direct_connections_times_every_step_and_writes_what_the_floor_writes(be
     writes = {"bare": [], "pyrdmacm": []}
     into = []
     real = os.write
-    # both write with os.write: the floor itself, pyrdmacm in its device's write (so does the
-    # channel's waker at close(): 8 bytes, no command)
-    monkeypatch.setattr(bench_codec.os, "write", lambda fd, data: (len(data) > 8 and into.append(data)) or real(fd, data))
+    # the floor writes with os.write, pyrdmacm in its device's write (so does the channel's
+    # waker at close(): 8 bytes, no command)
+    from pyrdmacm import _device
+
+    capture = lambda fd, data: (len(data) > 8 and into.append(data)) or real(fd, data)  # noqa: E731
+    monkeypatch.setattr(bench_codec.os, "write", capture)
+    monkeypatch.setattr(_device, "_os_write", capture)
     dst = parse_address("10.0.0.2:7099")
     for name, fn in (("bare", bench_codec.direct_connections_bare), ("pyrdmacm", bench_codec.direct_connections_pyrdmacm)):
         into.clear()

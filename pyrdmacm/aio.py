@@ -1192,7 +1192,6 @@ class AsyncChannel:
         return m, ev
 
 
-_DISCONNECT_SPECS = (_make_spec({_E.DISCONNECTED: True}, "DISCONNECT", True),
-                     _make_spec({_E.DISCONNECTED: True}, "DISCONNECT", False))
+_DISCONNECT_SPECS = _BY_KIND[(Kind.CONNECTED, Call.DISCONNECT)]
 _JOIN_SPECS = _BY_KIND[(Kind.DATAGRAM, Call.JOIN_MULTICAST)]
 _FAILURE_NAMES = frozenset(e.name for o in OUTCOMES.values() for e in o.failed)

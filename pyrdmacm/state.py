@@ -375,8 +375,10 @@ def _o(ok: Iterable[E], failed: Iterable[E] = ()) -> Outcome:
 _CONNECT_FAILED = (E.REJECTED, E.UNREACHABLE, E.CONNECT_ERROR, E.DEVICE_REMOVAL)
 
 #: ``(kind, call) -> Outcome``: the events that answer a call.  Calls absent here have none
-#: (bind_addr, listen, reject, disconnect, establish, options, migrate, query, destroy):
-#: they are complete when their write returns.  Multicast outcomes arrive on the membership.
+#: (bind_addr, listen, reject, establish, options, migrate, query, destroy): they are
+#: complete when their write returns.  Multicast outcomes arrive on the membership.  A
+#: disconnect is answered by this side's DISCONNECTED (the peer's DREP came; with status
+#: -110 when it never did); if the peer disconnected first, that DISCONNECTED came before.
 OUTCOMES: Mapping[Tuple[Kind, Call], Outcome] = {
     **{(k, C.RESOLVE_ADDR): _o([E.ADDR_RESOLVED], [E.ADDR_ERROR, E.DEVICE_REMOVAL]) for k in Kind},
     **{(k, C.RESOLVE_IB_SERVICE): _o([E.ADDRINFO_RESOLVED], [E.ADDRINFO_ERROR, E.DEVICE_REMOVAL]) for k in Kind},
@@ -387,6 +389,7 @@ OUTCOMES: Mapping[Tuple[Kind, Call], Outcome] = {
     (K.DATAGRAM, C.CONNECT): _o([E.ESTABLISHED], _CONNECT_FAILED + (E.ADDR_ERROR,)),  # ADDR_ERROR: qkey mismatch
     (K.CONNECTED, C.ACCEPT): _o([E.ESTABLISHED], _CONNECT_FAILED),
     (K.CONNECTED, C.NOTIFY): _o([E.ESTABLISHED], [E.DEVICE_REMOVAL]),
+    (K.CONNECTED, C.DISCONNECT): _o([E.DISCONNECTED], [E.DEVICE_REMOVAL]),
     (K.DATAGRAM, C.JOIN_MULTICAST): _o([E.MULTICAST_JOIN], [E.MULTICAST_ERROR, E.DEVICE_REMOVAL]),
 }
 

@@ -129,8 +129,8 @@ def _attempt(ch: Any, seq: int, dst: Any, src: Any, ps: Any, data: bytes, timeou
         return att
     steps["establish"] = round((time.monotonic() - t) * 1000, 3)
     att["established"] = True
-    if step("disconnect", cm.disconnect, "DISCONNECTED (DREP)", bound, frozenset([E.DISCONNECTED]),
-            frozenset([E.DEVICE_REMOVAL]), None) is None:
+    o = OUTCOMES[(kind, Call.DISCONNECT)]
+    if step("disconnect", cm.disconnect, "DISCONNECTED (DREP)", bound, o.ok, o.failed, None) is None:
         return att
     if timewait:
         step("timewait", lambda: None, "TIMEWAIT_EXIT", max(bound, TIMEWAIT_GRACE), frozenset([E.TIMEWAIT_EXIT]),

@@ -16,8 +16,9 @@ import pytest
 from pyrdmacm import CmId, EventChannel, KernelError, PortSpace, State, StateError, UsageError, _process, wire
 from pyrdmacm._codec import CODECS
 from pyrdmacm.abi import CmEventType as E
+from pyrdmacm.abi import RdmaCmState
 from pyrdmacm.events import ConnParam, UdParam
-from pyrdmacm.testing import FakeFabric, FakeKernel, FakeNet
+from pyrdmacm.testing import FakeFabric, FakeKernel, FakeNet, IbCmState
 
 TIMEWAIT_MS = 50
 CM_TIMEOUT_MS = 300
@@ -183,7 +184,7 @@ def test_rc_handshake_carries_private_data_and_parameters_both_ways(hosts, direc
         assert ev.ece == (0x00ABCD, 0x1234)
         s = ev.id
         held = b.kernels[0].ids[s.handle]  # what the kernel made: uid 0, in CONNECT
-        assert (held.uid, held.state, held.device) == (0, "CONNECT", "fake0")
+        assert (held.uid, held.state, held.device) == (0, RdmaCmState.CONNECT, "fake0")
         # the request's id knows both ends, as the REQ's rdma_cm header told them
         assert str(s.local_addr) == dst and s.peer_addr == c.local_addr
         rep_pd = bytes(range(1, 40))
@@ -203,7 +204,7 @@ def test_rc_handshake_carries_private_data_and_parameters_both_ways(hosts, direc
         establish(ca, c)
         expect(cb, E.ESTABLISHED, 0)
         nothing(ca)  # the active side gets no ESTABLISHED from the kernel (librdmacm makes its own)
-        assert a.kernels[0].cm_states[c.handle] == b.kernels[0].cm_states[s.handle] == "ESTABLISHED"
+        assert a.kernels[0].cm_states[c.handle] is b.kernels[0].cm_states[s.handle] is IbCmState.ESTABLISHED
         assert [m.kind for m in b.fabric.messages] == ["REQ", "REP", "RTU"]
 
 
@@ -375,11 +376,15 @@ def test_notify_and_disconnect_on_an_id_without_a_connection_are_einval(channels
     c = routed(ca)
     for cm, ch in ((c, ca), (lst, cb)):
         refused(errno.EINVAL, notify, ch, cm, 4)
-        refused(errno.EINVAL, raw_disconnect, ch, cm)  # never connected: no cm_id
         refused(errno.EINVAL, reject, ch, cm)
         refused(errno.EINVAL, accept, ch, cm, 1)
+    refused(errno.EINVAL, raw_disconnect, ca, c)  # never connected: no IB CM id
     unbound = CmId(ca)
     refused(errno.EINVAL, raw_disconnect, ca, unbound)
+    # a listener on a device's address listens through an IB CM id: rdma_disconnect finds one,
+    # sends nothing and answers 0 (the lab's 6.1 and 7.2 did)
+    raw_disconnect(cb, lst)
+    assert cb._t.cm_states[lst.handle] is IbCmState.LISTEN
 
 
 # --------------------------------------------------------------------------- wrong states
@@ -767,7 +772,8 @@ def test_ipv6_and_a_connection_to_the_own_host(fabric):
 
 
 def test_the_single_host_fake_is_unchanged():
-    """FakeKernel alone still rejects every CONNECT (28) and knows no ACCEPT."""
+    """FakeKernel alone still rejects every CONNECT (28); an ACCEPT of the id it leaves is
+    refused as the kernel refuses it (its IB CM id is idle: EINVAL)."""
     kernel = FakeKernel(FakeNet())
     with EventChannel(kernel) as ch:
         c = CmId(ch)
@@ -777,4 +783,4 @@ def test_the_single_host_fake_is_unchanged():
         expect(ch, E.ROUTE_RESOLVED)
         c.connect(0x100001)
         expect(ch, E.REJECTED, 28)
-        refused(errno.ENOSYS, accept, ch, c, 1)
+        refused(errno.EINVAL, accept, ch, c, 1)

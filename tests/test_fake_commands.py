@@ -231,7 +231,7 @@ def test_ib_path_resolves_the_route_and_reports_it(ch: EventChannel) -> None:
     ev = raw_event(ch)
     assert ev is not None and (ev["event"], ev["id"], ev["uid"]) == (E.ROUTE_RESOLVED, cm.handle, cm.uid)
     kernel = ch._t
-    assert kernel.ids[cm.handle].state == "ROUTE_RESOLVED"
+    assert kernel.ids[cm.handle].state is abi.RdmaCmState.ROUTE_RESOLVED
     # QUERY PATH gives back the record that was set
     buf = ctypes.create_string_buffer(wire.QUERY_PATH_REPLY_SIZE)
     cmd(ch, "QUERY_PATH", ctypes.addressof(buf), cm.handle, abi.QueryOption.PATH)
@@ -402,8 +402,8 @@ def test_migrate_moves_the_id_and_its_unread_events(net: FakeNet) -> None:
         assert left is not None and left["id"] == other.handle
         nothing(a)
         assert cm.handle in b._t.ids and cm.handle not in a._t.ids
-        # the id answers on its new fd only
-        refused(errno.ENOENT, cmd, a, "RESOLVE_ROUTE", cm.handle, 1000)
+        # the id answers on its new fd only: named on the old one, it is another fd's (EINVAL)
+        refused(errno.EINVAL, cmd, a, "RESOLVE_ROUTE", cm.handle, 1000)
         cmd(b, "RESOLVE_ROUTE", cm.handle, 1000)
         ev = raw_event(b)
         assert ev is not None and ev["event"] == E.ROUTE_RESOLVED
@@ -648,7 +648,7 @@ def test_resolve_ib_service(net: FakeNet) -> None:
         cmd(ch, "RESOLVE_IB_SERVICE", cm.handle, 0, 0x1234, b"", 1, 0)
         ev = raw_event(ch)  # the fake's fabric has no SA records: the query finds nothing
         assert ev is not None and (ev["event"], ev["status"]) == (E.ADDRINFO_ERROR, (-errno.ENOENT) & 0xFFFFFFFF)
-        assert ch._t.ids[cm.handle].state == "ADDR_BOUND"
+        assert ch._t.ids[cm.handle].state is abi.RdmaCmState.ADDR_BOUND
 
 
 def test_write_cm_event_queues_user_and_internal_events(ch: EventChannel) -> None:

@@ -11,14 +11,19 @@
   ``fabric = FakeFabric(); a = fabric.host("10.9.0.1"); EventChannel(a())``.
 * :func:`run_conformance`: the checker of the running kernel's rdma_cm contract
   (``pyrdmacm conformance``), as a function that returns its results.
+
+Both fakes answer each command as :mod:`pyrdmacm.kernel_rules` says the kernel does in the
+id's state (:class:`pyrdmacm.abi.RdmaCmState`), and move each connection's IB CM id through
+:mod:`pyrdmacm.testing._ibcm`'s table (:class:`IbCmState`).
 """
 
 from __future__ import annotations
 
 from ..conformance import CASES, Result
 from ..conformance import run as run_conformance
+from ._ibcm import IbCmState
 from .fabric import CmMessage, FabricKernel, FakeFabric, FakeHost
 from .fake import FakeDevice, FakeId, FakeKernel, FakeNet
 
 __all__ = ["FakeDevice", "FakeId", "FakeKernel", "FakeNet", "FakeFabric", "FakeHost", "FabricKernel", "CmMessage",
-           "run_conformance", "CASES", "Result"]
+           "IbCmState", "run_conformance", "CASES", "Result"]

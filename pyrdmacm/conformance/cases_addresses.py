@@ -12,7 +12,10 @@ import socket
 import struct
 from typing import Callable, Dict, List, Tuple
 
+from .. import kernel_rules
 from .._codec import CODECS
+from ..abi import RdmaCmState as S
+from ..abi import UserCmCmd as C
 from ..addr import AF_IB, parse_address
 from .registry import CaseList, Context
 from .steps import with_id
@@ -75,7 +78,8 @@ def _resolve_not_local(ctx: Context) -> int:
     return with_id(ctx, lambda h: ctx.raw.resolve(h, ctx.local, src=OTHER_NET))
 
 
-@CASES.case("resolve_twice", "RESOLVE_ADDR twice on one id: the second is refused", errno.EINVAL, needs_local=True)
+@CASES.case("resolve_twice", "RESOLVE_ADDR twice on one id: the second is refused",
+            kernel_rules.expect(C.RESOLVE_ADDR, S.ADDR_QUERY), needs_local=True)
 def _resolve_twice(ctx: Context) -> Tuple[int, str]:
     def twice(h: int) -> int:
         first = ctx.raw.resolve(h, ctx.local)
@@ -87,7 +91,8 @@ def _resolve_twice(ctx: Context) -> Tuple[int, str]:
     return (err, "") if err >= 0 else (-err, "the first RESOLVE_ADDR failed")
 
 
-@CASES.case("resolve_after_listen", "RESOLVE_ADDR on a listening id", errno.EINVAL, needs_local=True)
+@CASES.case("resolve_after_listen", "RESOLVE_ADDR on a listening id", kernel_rules.expect(C.RESOLVE_ADDR, S.LISTEN),
+            needs_local=True)
 def _resolve_listen(ctx: Context) -> Tuple[int, str]:
     def listen_then_resolve(h: int) -> int:
         if ctx.raw.bind(h, ctx.local) or ctx.raw.send("LISTEN", {"id": h, "backlog": 1}):
@@ -98,6 +103,7 @@ def _resolve_listen(ctx: Context) -> Tuple[int, str]:
     return (err, "") if err >= 0 else (errno.EIO, "BIND or LISTEN failed first")
 
 
-@CASES.case("resolve_route_unbound", "RESOLVE_ROUTE before the address is resolved (no device yet)", errno.EINVAL)
+@CASES.case("resolve_route_unbound", "RESOLVE_ROUTE before the address is resolved (no device yet)",
+            kernel_rules.expect(C.RESOLVE_ROUTE, S.IDLE, device=False))
 def _route_unbound(ctx: Context) -> int:
     return with_id(ctx, lambda h: ctx.raw.send("RESOLVE_ROUTE", {"id": h, "timeout_ms": 1000}))

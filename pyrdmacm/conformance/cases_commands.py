@@ -17,7 +17,7 @@ import os
 import struct
 from typing import Tuple
 
-from .. import abi
+from .. import abi, kernel_rules
 from .._codec import CODECS
 from ..wire import COMMAND, HEADER
 from .registry import CaseList, Context
@@ -107,12 +107,12 @@ def _create_null(ctx: Context) -> int:
     return ctx.raw.send("CREATE_ID", {"uid": 1, "response": 0, "ps": abi.PortSpace.TCP}, out=SYZBOT_OUT)
 
 
-@CASES.case("unknown_id", "DESTROY_ID of an id that does not exist", errno.ENOENT)
+@CASES.case("unknown_id", "DESTROY_ID of an id that does not exist", kernel_rules.UNKNOWN_ID)
 def _unknown_id(ctx: Context) -> int:
     return ctx.raw.destroy(NO_SUCH_ID)
 
 
-@CASES.case("destroy_twice", "DESTROY_ID twice: the second finds no id", errno.ENOENT)
+@CASES.case("destroy_twice", "DESTROY_ID twice: the second finds no id", kernel_rules.UNKNOWN_ID)
 def _destroy_twice(ctx: Context) -> int:
     h = ctx.raw.create()
     first = ctx.raw.destroy(h)

@@ -18,7 +18,7 @@ import errno
 import time
 from typing import Dict, Tuple
 
-from .. import abi
+from .. import abi, kernel_rules
 from .._codec import CODECS
 from ..wire import COMMAND
 from .expect import outcome_text
@@ -28,6 +28,7 @@ from .steps import CaseFd, E, at_new_port, conn_fields, connect_on, listener, on
 __all__ = ["CASES"]
 
 C = abi.UserCmCmd
+S = abi.RdmaCmState
 CASES = CaseList()
 
 #: CONNECT and ACCEPT as kernels before 5.8 read them: everything before ``ece``
@@ -48,7 +49,8 @@ def _short_form(fd: CaseFd, name: str, fields: Dict[str, object], size_in: int) 
     return fd.cmd(command.cmd, None, {}, size_in=size_in, body=body[:size_in])
 
 
-@CASES.case("connect_unbound", "CONNECT on a fresh id (no device: ucma_get_ctx_dev)", errno.EINVAL)
+@CASES.case("connect_unbound", "CONNECT on a fresh id (no device: ucma_get_ctx_dev)",
+            kernel_rules.expect(C.CONNECT, S.IDLE, device=False))
 @on_own_fd
 def _connect_unbound(fd: CaseFd, ctx: Context) -> int:
     return connect_on(fd, fd.create())
@@ -77,8 +79,8 @@ def _connect_280(fd: CaseFd, ctx: Context) -> int:
     return _short_form(fd, "CONNECT", conn_fields(h), CONNECT_WITHOUT_ECE)
 
 
-@CASES.case("connect_twice", "CONNECT twice on one id: the second finds it connecting (cma_comp_exch)", errno.EINVAL,
-            needs_local=True)
+@CASES.case("connect_twice", "CONNECT twice on one id: the second finds it connecting (cma_comp_exch)",
+            kernel_rules.expect(C.CONNECT, S.CONNECT), needs_local=True)
 @on_own_fd
 def _connect_twice(fd: CaseFd, ctx: Context) -> Tuple[int, str]:
     h = routed(fd, at_new_port(ctx))
@@ -101,7 +103,8 @@ def _connect_pd56(fd: CaseFd, ctx: Context) -> int:
     return connect_on(fd, routed(fd, at_new_port(ctx)), private_data=bytes(REQ_DATA))
 
 
-@CASES.case("accept_fresh_id", "ACCEPT on a fresh id, no connection request's (no device)", errno.EINVAL)
+@CASES.case("accept_fresh_id", "ACCEPT on a fresh id, no connection request's (no device)",
+            kernel_rules.expect(C.ACCEPT, S.IDLE, device=False))
 @on_own_fd
 def _accept_fresh(fd: CaseFd, ctx: Context) -> int:
     return fd.send("ACCEPT", conn_fields(fd.create(), uid=7))
@@ -149,7 +152,7 @@ def _reject_5(fd: CaseFd, ctx: Context) -> int:
     return fd.send("REJECT", {"id": req, "reason": 5})
 
 
-@CASES.case("reject_unbound", "REJECT on a fresh id (no device)", errno.EINVAL)
+@CASES.case("reject_unbound", "REJECT on a fresh id (no device)", kernel_rules.expect(C.REJECT, S.IDLE, device=False))
 @on_own_fd
 def _reject_unbound(fd: CaseFd, ctx: Context) -> int:
     return fd.send("REJECT", {"id": fd.create()})
@@ -172,33 +175,36 @@ def _reject_148(fd: CaseFd, ctx: Context) -> str:
     return peer_summary(err, fd.events(3.0, until=E.REJECTED), client)
 
 
-@CASES.case("disconnect_unbound", "DISCONNECT on a fresh id (no device)", errno.EINVAL)
+@CASES.case("disconnect_unbound", "DISCONNECT on a fresh id (no device)",
+            kernel_rules.expect(C.DISCONNECT, S.IDLE, device=False))
 @on_own_fd
 def _disc_unbound(fd: CaseFd, ctx: Context) -> int:
     return fd.send("DISCONNECT", {"id": fd.create()})
 
 
 @CASES.case("disconnect_never_connected", "DISCONNECT on a resolved id that never connected (no IB CM id)",
-            errno.EINVAL, needs_local=True)
+            kernel_rules.expect(C.DISCONNECT, S.ROUTE_RESOLVED), needs_local=True)
 @on_own_fd
 def _disc_never(fd: CaseFd, ctx: Context) -> int:
     return fd.send("DISCONNECT", {"id": routed(fd, at_new_port(ctx))})
 
 
-@CASES.case("notify_unbound", "NOTIFY COMM_EST on a fresh id (no device)", errno.EINVAL)
+@CASES.case("notify_unbound", "NOTIFY COMM_EST on a fresh id (no device)",
+            kernel_rules.expect(C.NOTIFY, S.IDLE, device=False))
 @on_own_fd
 def _notify_unbound(fd: CaseFd, ctx: Context) -> int:
     return fd.send("NOTIFY", {"id": fd.create(), "event": abi.NotifyEvent.COMM_EST})
 
 
 @CASES.case("notify_no_connection", "NOTIFY COMM_EST on a resolved id with no connection (no IB CM id)",
-            errno.EINVAL, needs_local=True)
+            kernel_rules.expect(C.NOTIFY, S.ROUTE_RESOLVED), needs_local=True)
 @on_own_fd
 def _notify_nocm(fd: CaseFd, ctx: Context) -> int:
     return fd.send("NOTIFY", {"id": routed(fd, at_new_port(ctx)), "event": abi.NotifyEvent.COMM_EST})
 
 
-@CASES.case("init_qp_attr_unbound", "INIT_QP_ATTR on a fresh id (no device)", errno.EINVAL)
+@CASES.case("init_qp_attr_unbound", "INIT_QP_ATTR on a fresh id (no device)",
+            kernel_rules.expect(C.INIT_QP_ATTR, S.IDLE, device=False))
 @on_own_fd
 def _qpattr_unbound(fd: CaseFd, ctx: Context) -> int:
     return fd.send("INIT_QP_ATTR", {"id": fd.create(), "qp_state": abi.QpState.INIT})
@@ -218,8 +224,8 @@ def _qpattr_short(fd: CaseFd, ctx: Context) -> int:
                    out=QP_ATTR - 1)
 
 
-@CASES.case("listen_twice", "LISTEN on a listening id (only IDLE and ADDR_BOUND listen)", errno.EINVAL,
-            needs_local=True)
+@CASES.case("listen_twice", "LISTEN on a listening id (only IDLE and ADDR_BOUND listen)",
+            kernel_rules.expect(C.LISTEN, S.LISTEN), needs_local=True)
 @on_own_fd
 def _listen_twice(fd: CaseFd, ctx: Context) -> int:
     return fd.send("LISTEN", {"id": listener(fd, at_new_port(ctx)), "backlog": 4})

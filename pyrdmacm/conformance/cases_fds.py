@@ -11,6 +11,7 @@ import errno
 import os
 import time
 
+from .. import kernel_rules
 from .expect import outcome_text
 from .raw import Raw
 from .registry import CaseList, Context
@@ -24,7 +25,7 @@ CASES = CaseList()
 NO_FD = 0xFFFFFFFF
 
 
-@CASES.case("id_of_another_fd", "RESOLVE_ROUTE naming an id created on another fd", errno.EINVAL)
+@CASES.case("id_of_another_fd", "RESOLVE_ROUTE naming an id created on another fd", kernel_rules.ANOTHER_FDS_ID)
 def _other_fd(ctx: Context) -> int:
     other = Raw.beside(ctx.raw)
     try:
@@ -54,7 +55,7 @@ def _migrate_badfd(fd: CaseFd, ctx: Context) -> int:
     return fd.send("MIGRATE_ID", {"id": 0, "fd": NO_FD})
 
 
-@CASES.case("migrate_unknown_id", "MIGRATE_ID of an id the old fd does not have", errno.ENOENT)
+@CASES.case("migrate_unknown_id", "MIGRATE_ID of an id the old fd does not have", kernel_rules.UNKNOWN_ID)
 @on_own_fd
 def _migrate_unknown(fd: CaseFd, ctx: Context) -> int:
     with CaseFd.beside(ctx.raw) as old:

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import errno
 
-from .. import abi
+from .. import abi, kernel_rules
 from ..addr import parse_address
 from .registry import CaseList, Context
 from .steps import NO_SUCH_ID, CaseFd, on_own_fd
 
 __all__ = ["CASES"]
+
+C = abi.UserCmCmd
+S = abi.RdmaCmState
 
 CASES = CaseList()
 
@@ -22,7 +25,8 @@ GROUP = parse_address("239.1.2.3")  # an administratively scoped IPv4 group
 RESERVED_JOIN_FLAG = 2
 
 
-@CASES.case("join_ip_mcast_unbound", "JOIN_IP_MCAST (the pre-3.11 join) on a fresh UDP id (no device)", errno.EINVAL)
+@CASES.case("join_ip_mcast_unbound", "JOIN_IP_MCAST (the pre-3.11 join) on a fresh UDP id (no device)",
+            kernel_rules.expect(C.JOIN_IP_MCAST, S.IDLE, device=False, qp_type=abi.QpType.UD))
 @on_own_fd
 def _join_ip_unbound(fd: CaseFd, ctx: Context) -> int:
     return fd.send("JOIN_IP_MCAST", {"uid": 9, "id": fd.create(abi.PortSpace.UDP), "addr": GROUP.pack_in6()})
@@ -39,7 +43,8 @@ def _join_flag2(fd: CaseFd, ctx: Context) -> int:
                                   "addr": GROUP.pack_storage()})
 
 
-@CASES.case("join_unbound", "JOIN_MCAST on a fresh UDP id (no device)", errno.EINVAL)
+@CASES.case("join_unbound", "JOIN_MCAST on a fresh UDP id (no device)",
+            kernel_rules.expect(C.JOIN_MCAST, S.IDLE, device=False, qp_type=abi.QpType.UD))
 @on_own_fd
 def _join_unbound(fd: CaseFd, ctx: Context) -> int:
     return fd.send("JOIN_MCAST", {"uid": 9, "id": fd.create(abi.PortSpace.UDP), "addr_size": GROUP.size,

@@ -12,7 +12,7 @@ import errno
 import struct
 from typing import Optional
 
-from .. import abi
+from .. import abi, kernel_rules
 from .._codec import CODECS
 from .._device import ReplyBuffer
 from .raw import Raw
@@ -20,6 +20,9 @@ from .registry import CaseList, Context
 from .steps import CaseFd, at_new_port, on_own_fd, with_id
 
 __all__ = ["CASES", "set_option"]
+
+C = abi.UserCmCmd
+S = abi.RdmaCmState
 
 CASES = CaseList()
 
@@ -54,7 +57,8 @@ def _opt_tos(ctx: Context) -> int:
 
 
 @CASES.case("set_option_reuseaddr_bound", "SET_OPTION REUSEADDR 0 after BIND (rdma_set_reuseaddr: IDLE only, "
-            "unless it sets reuse)", errno.EINVAL, needs_local=True)
+            "unless it sets reuse)", kernel_rules.expect(C.SET_OPTION, S.ADDR_BOUND, "REUSEADDR clear"),
+            needs_local=True)
 @on_own_fd
 def _opt_reuse_bound(fd: CaseFd, ctx: Context) -> int:
     h = fd.create()
@@ -63,13 +67,15 @@ def _opt_reuse_bound(fd: CaseFd, ctx: Context) -> int:
     return set_option(fd, h, abi.OptionLevel.ID, abi.OptionId.REUSEADDR, _INT.pack(0))
 
 
-@CASES.case("set_option_ack_timeout_ud", "SET_OPTION ACK_TIMEOUT on a UDP id (an RC QP's option)", errno.EINVAL)
+@CASES.case("set_option_ack_timeout_ud", "SET_OPTION ACK_TIMEOUT on a UDP id (an RC QP's option)",
+            kernel_rules.expect(C.SET_OPTION, S.IDLE, "ACK_TIMEOUT", qp_type=abi.QpType.UD))
 @on_own_fd
 def _opt_ack_ud(fd: CaseFd, ctx: Context) -> int:
     return set_option(fd, fd.create(abi.PortSpace.UDP), abi.OptionLevel.ID, abi.OptionId.ACK_TIMEOUT, _U8.pack(14))
 
 
-@CASES.case("set_option_ib_path_unbound", "SET_OPTION IB_PATH on a fresh id (no device)", errno.EINVAL)
+@CASES.case("set_option_ib_path_unbound", "SET_OPTION IB_PATH on a fresh id (no device)",
+            kernel_rules.expect(C.SET_OPTION, S.IDLE, "IB_PATH", device=False))
 @on_own_fd
 def _opt_path_unbound(fd: CaseFd, ctx: Context) -> int:
     return set_option(fd, fd.create(), abi.OptionLevel.IB, abi.OptionIb.PATH, IB_PATH)

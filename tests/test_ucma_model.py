@@ -105,3 +105,23 @@ def test_a_reproducer_is_reduced_to_the_steps_its_last_answer_needs(monkeypatch)
     assert reduced == header + ["create h2", "listen h2", last]
     monkeypatch.setattr(ucma_model, "_replay", lambda lines: None)  # does not replay: nothing to offer
     assert ucma_model.reduce_script(header + steps + [last], budget=5) is None
+
+
+def test_the_models_state_rules_are_the_kernel_rules_table():
+    """The model asks pyrdmacm.kernel_rules with a world's kernel state: a failed connection
+    is the kernel's CONNECT, and a listener on a device (an IB CM listen id) takes DISCONNECT
+    (0, as the lab's kernels answered), a wildcard one has no device (EINVAL)."""
+    from pyrdmacm.abi import RdmaCmState as K
+
+    assert um.kernel_state(World(state=S.FAILED)) is K.CONNECT
+    assert um.kernel_state(World(state=S.DISCONNECTED)) is K.DISCONNECT
+    listening = World(state=S.LISTEN, dev=True, fam=2, addr="local")
+    assert um.disconnect_outcomes(_id(), listening) == [(0, listening)]
+    assert um.disconnect_outcomes(_id(), listening.but(dev=False, addr="any"))[0][0] == errno.EINVAL
+    assert um.disconnect_outcomes(_id(), World(state=S.ROUTE_RESOLVED, dev=True))[0][0] == errno.EINVAL
+    # REUSEADDR set in ADDR_RESOLVED, AFONLY refused there (rdma_set_reuseaddr, rdma_set_afonly)
+    resolved = World(state=S.ADDR_RESOLVED, dev=True, fam=2)
+    assert um.option_outcomes(_id(), resolved, 0, 1, 4, 1) == [(0, resolved.but(reuse=True))]
+    assert um.option_outcomes(_id(), resolved, 0, 2, 4, 1)[0][0] == errno.EINVAL
+    # ACK_TIMEOUT: RC ids only of the model's QP types
+    assert um.option_outcomes(_id(ps=um.PS.IB, qp=um.QP.UC), World(), 0, 3, 1, 1)[0][0] == errno.EINVAL

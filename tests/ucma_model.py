@@ -22,12 +22,19 @@ EAGAIN says no world of that fd's ids has an event queued.
 and malformed, with field values from the ABI declarations' edges (0, the field's
 maximum, sizes of the struct ±1), on up to two channels (fds), and after every step checks:
 the errno is one the model allows; every id's netlink state (``RDMA_NLDEV_CMD_RES_CM_ID_GET``,
-this pid) is one of its worlds' (mapped with ``state.KERNEL_STATE``); the fd still creates
+this pid) is one of its worlds' kernel states (:func:`kernel_state`); the fd still creates
 and destroys an id; the kernel log has no new BUG/WARNING/refcount/KASAN/Oops line.  At
 the end every channel is closed and no cm_id of this process may be left.
 
+The state rules -- which command the kernel takes in which ``rdma_cm_state``, the errno
+otherwise -- are not written here: :func:`refused` asks :mod:`pyrdmacm.kernel_rules`, the
+table the fakes and the conformance cases share, with a world's kernel state
+(:func:`kernel_state`: the library's :class:`~pyrdmacm.state.State` of the world, which tells
+the steps of a connection apart, as the kernel's :class:`~pyrdmacm.abi.RdmaCmState`).  What is
+left here is what the table leaves to others: the IB CM's answers, the addresses, the ports.
+
 Where the kernels differ, the difference is data with the kernel version
-(:data:`DIFFERENCES`).  A failure carries a runnable reproducer: a Python script of
+(:data:`DIFFERENCES`, and the table's rules' versions).  A failure carries a runnable reproducer: a Python script of
 :class:`pyrdmacm.conformance.Raw` calls, built from the steps as they ran
 (:attr:`UcmaMachine.script`).
 """
@@ -43,7 +50,7 @@ import struct
 import time
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
-from pyrdmacm import abi
+from pyrdmacm import abi, kernel_rules
 from pyrdmacm._codec import CODECS
 from pyrdmacm.addr import Address, parse_address
 from pyrdmacm.state import KERNEL_STATE, State
@@ -52,6 +59,7 @@ S = State
 C = abi.UserCmCmd
 PS = abi.PortSpace
 QP = abi.QpType
+K = abi.RdmaCmState
 
 E_OK = 0
 EINVAL, ENOENT, ENOSPC, EFAULT, ENOSYS = errno.EINVAL, errno.ENOENT, errno.ENOSPC, errno.EFAULT, errno.ENOSYS
@@ -166,6 +174,21 @@ class Disagreement(AssertionError):
 
 Result = List[Tuple[int, World]]
 
+#: the kernel's ``rdma_cm_state`` of each of the library's states
+_KERNEL: Dict[State, "abi.RdmaCmState"] = {st: K[name] for st, name in KERNEL_STATE.items()}
+
+
+def kernel_state(w: World) -> "abi.RdmaCmState":
+    """The kernel's state of world ``w`` (what RDMA netlink shows, what the table rules on)."""
+    return _KERNEL[w.state]
+
+
+def refused(me: "IdModel", w: World, command: "abi.UserCmCmd", form: str = "") -> int:
+    """The errno :mod:`pyrdmacm.kernel_rules` says the kernel answers ``command`` (``form``)
+    from world ``w`` of id ``me``, on the kernel the machine runs on (0: the rdma_cm takes it)."""
+    return kernel_rules.refusal(command, kernel_state(w), form, device=w.dev, qp_type=me.qp,
+                                version=UcmaMachine.version if UcmaMachine.version != (0, 0) else kernel_rules.NEWEST)
+
 
 def _afonly(w: World) -> bool:
     if w.afonly is not None:
@@ -247,6 +270,9 @@ class AddrChoice:
 def resolve_outcomes(me: IdModel, w: World, dst: AddrChoice, src: Optional[AddrChoice],
                      others: Iterable[IdModel]) -> Result:
     """rdma_resolve_addr (cma.c resolve_prepare_src, then the query) after ucma's checks."""
+    err = refused(me, w, C.RESOLVE_ADDR)
+    if err:
+        return [(err, w)]  # cma_comp_exch(ADDR_BOUND -> ADDR_QUERY) fails; IDLE->ADDR_BOUND too
     out: Result = []
     starts: List[World] = []
     if w.state is S.IDLE:
@@ -259,10 +285,8 @@ def resolve_outcomes(me: IdModel, w: World, dst: AddrChoice, src: Optional[AddrC
                     starts.append(w2)
         else:
             starts.append(w.but(state=S.ADDR_BOUND, fam=dst.family, addr="any", port=0))
-    elif w.state is S.ADDR_BOUND:
-        starts.append(w)  # the source is ignored
     else:
-        return [(EINVAL, w)]  # cma_comp_exch(ADDR_BOUND -> ADDR_QUERY) fails; IDLE->ADDR_BOUND too
+        starts.append(w)  # ADDR_BOUND: the source is ignored
     for b in starts:
         if b.fam != dst.family:
             out.append((EINVAL, b))  # cma_family(id) != dst family: the id stays bound
@@ -281,12 +305,11 @@ def resolve_outcomes(me: IdModel, w: World, dst: AddrChoice, src: Optional[AddrC
 
 
 def route_outcomes(me: IdModel, w: World, timeout: int) -> Result:
-    if not w.dev:
-        return [(EINVAL, w)]  # ucma_get_ctx_dev: no device yet
+    err = refused(me, w, C.RESOLVE_ROUTE)  # a device (ucma_get_ctx_dev), ADDR_RESOLVED
+    if err:
+        return [(err, w)]
     if timeout == 0:
         return [(EINVAL, w)]  # rdma_resolve_route: timeout_ms 0
-    if w.state is not S.ADDR_RESOLVED:
-        return [(EINVAL, w)]  # cma_comp_exch(ADDR_RESOLVED -> ROUTE_QUERY)
     if w.loop:
         # found by the fuzzer (6.1): an id resolved to the any address has no bound_dev_if, and
         # RoCE's cma_resolve_iboe_route finds no netdev: ENODEV, back to ADDR_RESOLVED
@@ -296,13 +319,13 @@ def route_outcomes(me: IdModel, w: World, timeout: int) -> Result:
 
 
 def listen_outcomes(me: IdModel, w: World, others: Iterable[IdModel]) -> Result:
-    starts: Result = []
+    err = refused(me, w, C.LISTEN)
+    if err:
+        return [(err, w)]
     if w.state is S.IDLE:
         starts = [(0, w.but(state=S.ADDR_BOUND, fam=AF_INET, addr="any", port=0))]  # rdma_listen binds
-    elif w.state is S.ADDR_BOUND:
-        starts = [(0, w)]
     else:
-        return [(EINVAL, w)]
+        starts = [(0, w)]
     out: Result = []
     for _, b in starts:
         if b.reuse and b.port == FIXED_PORT:
@@ -318,10 +341,9 @@ def listen_outcomes(me: IdModel, w: World, others: Iterable[IdModel]) -> Result:
 
 
 def connect_outcomes(me: IdModel, w: World, pd_len: int) -> Result:
-    if not w.dev:
-        return [(EINVAL, w)]
-    if w.state is not S.ROUTE_RESOLVED:
-        return [(EINVAL, w)]  # rdma_connect_locked: cma_comp_exch(ROUTE_RESOLVED -> CONNECT)
+    err = refused(me, w, C.CONNECT)  # rdma_connect_locked: cma_comp_exch(ROUTE_RESOLVED -> CONNECT)
+    if err:
+        return [(err, w)]
     limit = 180 if me.ud else 56  # SIDR REQ 216 / REQ 92, less the 36-byte cma header
     if pd_len > limit:
         return [(EINVAL, w)]  # cm_validate_req_param / ib_send_cm_sidr_req; the state goes back
@@ -345,10 +367,9 @@ def _cancel_req(w: World) -> World:
 
 
 def accept_outcomes(me: IdModel, w: World) -> Result:
-    if not w.dev:
-        return [(EINVAL, w)]
-    if KERNEL_STATE[w.state] != "CONNECT":
-        return [(EINVAL, w)]  # rdma_accept: state must be CONNECT
+    err = refused(me, w, C.ACCEPT)  # a device; rdma_accept: state CONNECT
+    if err:
+        return [(err, w)]
     # no id of ours is a passive side: cma_accept_ib / cma_rep_recv / cma_send_sidr_rep fail
     # in REQ_SENT (EINVAL), and rdma_accept's error path rejects: the REQ is cancelled
     if w.cm == "req":
@@ -357,28 +378,30 @@ def accept_outcomes(me: IdModel, w: World) -> Result:
 
 
 def reject_outcomes(me: IdModel, w: World) -> Result:
-    if not w.dev or not w.cm:
-        return [(EINVAL, w)]  # ucma_get_ctx_dev; rdma_reject: no cm_id.ib
+    err = refused(me, w, C.REJECT)  # ucma_get_ctx_dev; rdma_reject: an IB CM id in a connection
+    if err:
+        return [(err, w)]
     if me.ud or w.cm != "req":
         return [(EINVAL, w)]  # cma_send_sidr_rep outside SIDR_REQ_RCVD; REJ after the answer
     return [(0, _cancel_req(w))]  # ib_send_cm_rej is legal in REQ_SENT
 
 
 def disconnect_outcomes(me: IdModel, w: World) -> Result:
-    if not w.dev or not w.cm:
-        return [(EINVAL, w)]  # rdma_disconnect: no cm_id.ib
-    return [(0, w)]  # DREQ then DREP attempted, their failures ignored (rdma_disconnect)
+    # rdma_disconnect: any IB CM id -- a connection's, or a device-bound listener's -- and then
+    # DREQ and DREP attempted, their failures ignored
+    return [(refused(me, w, C.DISCONNECT), w)]
 
 
 def notify_outcomes(me: IdModel, w: World, event: int) -> Result:
-    if not w.dev or not w.cm:
-        return [(EINVAL, w)]  # rdma_notify: no cm_id.ib
-    return [(EINVAL, w)]  # ib_cm_notify: COMM_EST and PATH_MIG need an established connection
+    err = refused(me, w, C.NOTIFY)  # rdma_notify: an IB CM id in a connection
+    # ib_cm_notify: COMM_EST and PATH_MIG need an accepted or established connection: none of ours
+    return [(err or EINVAL, w)]
 
 
 def init_qp_outcomes(me: IdModel, w: World, qp_state: int) -> Result:
-    if not w.dev:
-        return [(EINVAL, w)]
+    err = refused(me, w, C.INIT_QP_ATTR)  # ucma_get_ctx_dev
+    if err:
+        return [(err, w)]
     if w.cm and not me.ud:
         # ib_cm_init_qp_attr rules by the IB CM's state: INIT while the REQ is out, else EINVAL
         if w.cm == "req" and qp_state == 1:
@@ -394,26 +417,21 @@ def init_qp_outcomes(me: IdModel, w: World, qp_state: int) -> Result:
 def option_outcomes(me: IdModel, w: World, level: int, name: int, optlen: int, value: int) -> Result:
     """ucma_set_option_level after the look-up and memdup."""
     if level == abi.OptionLevel.ID:
-        if name == abi.OptionId.TOS:
-            return [(EINVAL if optlen != 1 else 0, w)]
+        size = {abi.OptionId.TOS: 1, abi.OptionId.REUSEADDR: 4, abi.OptionId.AFONLY: 4,
+                abi.OptionId.ACK_TIMEOUT: 1}.get(name)
+        if size is None:
+            return [(ENOSYS, w)]
+        if optlen != size:
+            return [(EINVAL, w)]
+        # the state (and QP type) rules: rdma_set_reuseaddr, rdma_set_afonly, rdma_set_ack_timeout
+        err = refused(me, w, C.SET_OPTION, kernel_rules.option_form(level, name, value))
+        if err:
+            return [(err, w)]
         if name == abi.OptionId.REUSEADDR:
-            if optlen != 4:
-                return [(EINVAL, w)]
-            # rdma_set_reuseaddr: setting it anywhere but LISTEN, clearing it only in IDLE
-            if (value and w.state is not S.LISTEN) or w.state is S.IDLE:
-                return [(0, w.but(reuse=bool(value)))]
-            return [(EINVAL, w)]
+            return [(0, w.but(reuse=bool(value)))]
         if name == abi.OptionId.AFONLY:
-            if optlen != 4:
-                return [(EINVAL, w)]
-            if w.state in (S.IDLE, S.ADDR_BOUND):  # rdma_set_afonly
-                return [(0, w.but(afonly=bool(value)))]
-            return [(EINVAL, w)]
-        if name == abi.OptionId.ACK_TIMEOUT:
-            if optlen != 1:
-                return [(EINVAL, w)]
-            return [(0 if me.qp == QP.RC else EINVAL, w)]  # rdma_set_ack_timeout: RC only
-        return [(ENOSYS, w)]
+            return [(0, w.but(afonly=bool(value)))]
+        return [(0, w)]
     if level == abi.OptionLevel.IB:
         if name == abi.OptionIb.PATH:
             return [(EINVAL, w)]  # ucma_set_ib_path: no record with GMP|PRIMARY|BIDIRECTIONAL (all zero)
@@ -422,10 +440,9 @@ def option_outcomes(me: IdModel, w: World, level: int, name: int, optlen: int, v
 
 
 def join_outcomes(me: IdModel, w: World, mc_uid: int) -> Result:
-    if not w.dev:
-        return [(EINVAL, w)]
-    if w.state not in (S.ADDR_BOUND, S.ADDR_RESOLVED) or not me.ud:
-        return [(EINVAL, w)]  # rdma_join_multicast: bound or resolved, UD ids only
+    err = refused(me, w, C.JOIN_MCAST)  # rdma_join_multicast: a device, bound or resolved, UD ids only
+    if err:
+        return [(err, w)]
     if w.loop:
         # found by the fuzzer (5.10): resolved to the any address, the id has no bound_dev_if,
         # and cma_iboe_join_multicast finds no netdev: ENODEV
@@ -772,8 +789,9 @@ class UcmaMachine(RuleBasedStateMachine):
         others = list(self.ids)
 
         def per_world(w: World) -> Result:
-            if w.state is not S.IDLE:
-                return [(EINVAL, w)]  # rdma_bind_addr_dst: cma_comp_exch(IDLE -> ADDR_BOUND)
+            err = refused(m, w, C.BIND)  # rdma_bind_addr_dst: cma_comp_exch(IDLE -> ADDR_BOUND)
+            if err:
+                return [(err, w)]
             return _bind_local(m, w, a, others)
 
         self._judge("BIND %s%s" % (addr, " (BIND_IP)" if legacy else ""), m, err, per_world, pre)
@@ -1184,9 +1202,9 @@ class UcmaMachine(RuleBasedStateMachine):
         opts: Set[Tuple[str, ...]] = set()
         for w in m.possible():
             if w.state is S.LISTEN and w.wild_listen:
-                opts.add(("LISTEN",) * self.devices)  # an internal listener per device, named after us
+                opts.add((K.LISTEN.name,) * self.devices)  # an internal listener per device, named after us
             elif w.dev:
-                opts.add((KERNEL_STATE[w.state],))
+                opts.add((kernel_state(w).name,))
             else:
                 opts.add(())
         return sorted(opts)

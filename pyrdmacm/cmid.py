@@ -389,6 +389,8 @@ class CmId(Connections, Queries):
                              % (option,))
         call, level, encode = spec
         payload = encode(value)
+        if call is Call.SET_REUSEADDR and not value:
+            call = Call.CLEAR_REUSEADDR
         buf = ReplyBuffer(len(payload))  # the pinned input the command points at, held across the write
         buf.fill(payload)
         data = _CMD["SET_OPTION"].encode(buf.address, self.handle, int(level), int(option), len(payload))

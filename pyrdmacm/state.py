@@ -120,6 +120,8 @@ class Call(str, enum.Enum):
     JOIN_MULTICAST = "join_multicast"
     SET_TOS = "set_tos"
     SET_REUSEADDR = "set_reuseaddr"
+    #: set_reuseaddr(False): the kernel clears it in IDLE only
+    CLEAR_REUSEADDR = "clear_reuseaddr"
     SET_AFONLY = "set_afonly"
     SET_ACK_TIMEOUT = "set_ack_timeout"
     SET_IB_PATH = "set_ib_path"
@@ -196,10 +198,13 @@ _ROWS: Tuple[Tuple[Tuple[Kind, ...], Tuple[State, ...], Union[Call, E], Optional
     (CONN, (S.DISCONNECTED,), E.TIMEWAIT_EXIT, SAME),
     # multicast: rdma_join_multicast needs ADDR_BOUND or ADDR_RESOLVED (a membership has its own uid)
     (DGRAM, (S.ADDR_BOUND, S.ADDR_RESOLVED), C.JOIN_MULTICAST, SAME),
-    # options (ucma_set_option_id): TOS any time (effective before resolve_route); REUSEADDR in IDLE
-    # (rdma_set_reuseaddr); AFONLY in IDLE or ADDR_BOUND; ACK_TIMEOUT on RC ids only
+    # options (ucma_set_option_id): TOS any time (effective before resolve_route); REUSEADDR set
+    # anywhere but LISTEN, cleared in IDLE only (cma.c:rdma_set_reuseaddr; kernel_rules, checked
+    # on 6.1 and 7.2); AFONLY in IDLE or ADDR_BOUND; ACK_TIMEOUT on RC ids only (Rules drops it
+    # for UC: cma.c:rdma_set_ack_timeout)
     (BOTH, LIVE, C.SET_TOS, SAME),
-    (BOTH, (S.IDLE,), C.SET_REUSEADDR, SAME),
+    (BOTH, tuple(s for s in LIVE if s is not S.LISTEN), C.SET_REUSEADDR, SAME),
+    (BOTH, (S.IDLE,), C.CLEAR_REUSEADDR, SAME),
     (BOTH, (S.IDLE, S.ADDR_BOUND), C.SET_AFONLY, SAME),
     (CONN, LIVE, C.SET_ACK_TIMEOUT, SAME),
     # INIT_QP_ATTR needs a device (ucma_get_ctx_dev): the kernel rules on ADDR_BOUND
@@ -314,6 +319,8 @@ class Rules:
             call: {st: new for st in State if (new := TRANSITIONS.get((kind, st, call))) is not None}
             for call in Call
         }
+        if qp_type == QpType.UC:  # the ACK timeout is an RC QP's: the kernel refuses it for UC (EINVAL)
+            self.calls[Call.SET_ACK_TIMEOUT] = {}
         self.events: Dict[int, Dict[State, Tuple[E, State]]] = {
             int(ev): {st: (ev, after_event(kind, st, ev)) for st in State
                       if st not in EVENTS_WITH_EFFECTS.get(ev, ())}
@@ -414,7 +421,9 @@ _NEEDS: Mapping[Call, str] = {
     C.JOIN_MULTICAST: "a datagram id (PortSpace.UDP or IPOIB) that is bound or resolved (ADDR_BOUND or "
     "ADDR_RESOLVED)",
     C.SET_TOS: "a live id",
-    C.SET_REUSEADDR: "a fresh id (IDLE): set it before bind_addr, resolve_addr or listen",
+    C.SET_REUSEADDR: "an id that is not listening: set it before listen",
+    C.CLEAR_REUSEADDR: "a fresh id (IDLE): the kernel clears REUSEADDR only before bind_addr, resolve_addr "
+    "or listen",
     C.SET_AFONLY: "a fresh or bound id (IDLE or ADDR_BOUND): set it before resolve_addr or listen",
     C.SET_ACK_TIMEOUT: "a connected (RC) id: the ACK timeout is an RC QP's",
     C.SET_IB_PATH: "ADDR_RESOLVED: set a path after resolve_addr's event, instead of resolve_route",

@@ -314,8 +314,9 @@ def test_options_follow_the_kernels_state_rules(link: Link):
         a.set_afonly(True)
         a.set_tos(0x68)
         a.bind_addr("%s:%d" % (link.client_ip, link.port()))
+        a.set_reuseaddr(True)  # set: anywhere but LISTEN (the kernel's rule, kernel_rules)
         with pytest.raises(StateError, match="REUSEADDR|IDLE"):
-            a.set_reuseaddr(False)
+            a.set_reuseaddr(False)  # cleared: in IDLE only
         a.set_afonly(False)  # still allowed while ADDR_BOUND
         with pytest.raises(UsageError):
             a.set_tos(256)

@@ -30,8 +30,6 @@ KNOWN_LONG = {
     "pyrdmacm/addr.py": 820,
     "pyrdmacm/channel.py": 640,
     "pyrdmacm/devices.py": 605,
-    "pyrdmacm/testing/fabric.py": 1060,
-    "pyrdmacm/testing/fake.py": 980,
 }
 
 

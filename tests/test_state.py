@@ -53,7 +53,8 @@ SPEC = {
                    K.DATAGRAM: {}},
     C.JOIN_MULTICAST: {K.CONNECTED: {}, K.DATAGRAM: {S.ADDR_BOUND: SAME, S.ADDR_RESOLVED: SAME}},
     C.SET_TOS: {k: {s: SAME for s in LIVE} for k in BOTH},
-    C.SET_REUSEADDR: {k: {S.IDLE: SAME} for k in BOTH},
+    C.SET_REUSEADDR: {k: {s: SAME for s in LIVE if s is not S.LISTEN} for k in BOTH},
+    C.CLEAR_REUSEADDR: {k: {S.IDLE: SAME} for k in BOTH},
     C.SET_AFONLY: {k: {S.IDLE: SAME, S.ADDR_BOUND: SAME} for k in BOTH},
     C.SET_ACK_TIMEOUT: {K.CONNECTED: {s: SAME for s in LIVE}, K.DATAGRAM: {}},
     C.INIT_QP_ATTR: {k: {s: SAME for s in WITH_DEVICE} for k in BOTH},
@@ -255,3 +256,23 @@ def test_every_illegal_call_is_refused_before_any_syscall(state):
                 do(cm)
             assert len(kernel.log) == before, "%s in %s reached the kernel" % (call, state)
             assert cm.state is state and str(call) in str(e.value)
+
+
+def test_the_ack_timeout_is_an_rc_qps():
+    """The kernel refuses ACK_TIMEOUT on a UC id (EINVAL, kernel_rules): its Rules drop the call."""
+    from pyrdmacm.state import rules_for
+
+    P, Q = abi.PortSpace, abi.QpType
+    assert not rules_for(P.IB, Q.UC).calls[C.SET_ACK_TIMEOUT]
+    assert rules_for(P.IB, Q.RC).calls[C.SET_ACK_TIMEOUT] == rules_for(P.TCP, Q.RC).calls[C.SET_ACK_TIMEOUT]
+    assert S.IDLE in rules_for(P.TCP, Q.RC).calls[C.SET_ACK_TIMEOUT]
+
+
+def test_reuseaddr_is_set_anywhere_but_listen_and_cleared_in_idle():
+    """What the lab's kernels answered (kernel_rules): setting REUSEADDR works in every state
+    but LISTEN, clearing it only in IDLE."""
+    for kind in Kind:
+        assert next_state(kind, S.LISTEN, C.SET_REUSEADDR) is None
+        assert next_state(kind, S.CONNECTED, C.SET_REUSEADDR) is S.CONNECTED
+        assert next_state(kind, S.IDLE, C.CLEAR_REUSEADDR) is S.IDLE
+        assert next_state(kind, S.ADDR_BOUND, C.CLEAR_REUSEADDR) is None

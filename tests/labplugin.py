@@ -7,9 +7,12 @@ our own tools, whose outcome does not depend on the kernel: it runs once, not pe
 - inside the kernel lab (``PYRDMACM_LAB=suite:topology`` is set by tools/lab): as usual,
   when the guest has the test's topology;
 - on the host with ``--lab=SUITES`` (comma list of bullseye, bookworm, trixie, sid, or ``all``): each
-  kernel test becomes one item per suite, ``test_x[lab-SUITE]``. The first of them for a
-  (suite, topology) boots the lab once, running pytest in the guest on all the kernel tests
-  of that topology; every item then reports its own outcome from the guest's junit XML;
+  kernel test becomes one item per suite, ``test_x[lab-SUITE]``. Each (suite, topology)
+  needed is one boot of the lab, running pytest in the guest on all the kernel tests of
+  that topology. The boots start with the session and run side by side in the background
+  (``Scheduler``: at most ``--lab-jobs`` qemu processes at once, the longest boots first),
+  while the host's own tests run; an item waits for its boot, then reports its own outcome
+  from the guest's junit XML (a boot that failed fails each of its items);
 - on a host that has rdma_cm itself: directly (topology "single" only);
 - elsewhere: skipped, with the reason and the option that runs it.
 
@@ -42,6 +45,9 @@ PEER_AGENT = ROOT / "tests" / "lab_peer.py"
 SUITES = ("bullseye", "bookworm", "trixie", "sid")
 TOPOLOGIES = ("single", "pair", "multihomed")
 RDMA_CM = "/dev/infiniband/rdma_cm"
+BOOT_TIMEOUT = 900.0  # seconds, for a boot that has a core to itself
+# How long each (suite, topology) boot took last time, to start the longest ones first.
+BOOT_TIMES = ROOT / "build" / "lab" / "boot-times.json"
 # Markers evaluated where the test runs (in the guest), not on the host.
 GUEST_MARKERS = {"skip", "skipif", "xfail", "parametrize", "usefixtures", "filterwarnings"}
 
@@ -54,8 +60,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--require-lab", action="store_true",
                     help="a skipped kernel test fails, and so does the session if no kernel "
                          "test ran on one of the --lab suites")
-    group.addoption("--lab-timeout", type=float, default=900, metavar="SECONDS",
-                    help="time-out of one lab boot (default 900)")
+    group.addoption("--lab-timeout", type=float, metavar="SECONDS",
+                    help=f"time-out of one lab boot (default {BOOT_TIMEOUT:g}, times the "
+                         "qemu processes per core of --lab-jobs when more than one)")
     group.addoption("--lab-jobs", type=int, metavar="N",
                     help="lab boots side by side: at most N qemu processes at once (a pair "
                          "topology counts two); default from this machine's cores and "
@@ -149,7 +156,7 @@ class Boot:
     ``done`` is set once its results are read."""
 
     def __init__(self, suite: str, topology: str, nodeids: list[str],
-                 config: pytest.Config, session_dir: Path) -> None:
+                 config: pytest.Config, session_dir: Path, timeout: float) -> None:
         self.suite, self.topology, self.nodeids = suite, topology, nodeids
         self.out = session_dir / f"{suite}-{topology}"
         self.junit = self.out / "junit.xml"
@@ -163,7 +170,7 @@ class Boot:
                     "exec " + shlex.join([sys.executable, str(PEER_AGENT), "serve"])]
         self.command = [
             sys.executable, str(LAB), "run", "--kernel", suite, "--topology", topology,
-            "--timeout", str(config.getoption("--lab-timeout")), "--out", str(self.out), *peer,
+            "--timeout", f"{timeout:g}", "--out", str(self.out), *peer,
             *mirror,
             "--",
             # the root is read-only in the guest: no cache; hypothesis's plugin alone costs
@@ -274,17 +281,23 @@ class Boot:
         return outcome, detail
 
 
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def default_jobs() -> int:
     """How many qemu processes run at once by default. A TCG guest keeps one host core busy
-    while it computes, and idles while its tests wait (time-outs, TIME_WAIT, the peer);
-    the host's pytest mostly waits for the guests. So: one per core, less one core for the
-    host's pytest from 3 cores up, and no more than the memory holds (about 1.5 GiB each:
-    qemu itself and the guest's 512 MiB)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    jobs = cores if cores <= 2 else cores - 1
+    while its kernel boots, but over a whole boot of the kernel tests it averages 0.5-0.65
+    of a core (measured on 2 cores: its tests wait for time-outs, TIME_WAIT, the peer, and
+    the peer of a pair mostly waits); the host's pytest mostly waits for the guests. So
+    three qemu processes per two cores (about 90% of the cores, the rest for the host's
+    pytest), and no more than the memory holds (about 1.5 GiB each: qemu itself and the
+    guest's 512 MiB)."""
+    cores = usable_cores()
+    jobs = cores + cores // 2
     try:
         with open("/proc/meminfo") as f:
             available = next(int(line.split()[1]) for line in f
@@ -295,16 +308,63 @@ def default_jobs() -> int:
     return max(1, jobs)
 
 
+def expected_seconds(boots: list[Boot]) -> dict[Boot, float]:
+    """Each boot's expected duration: its last one (build/lab/boot-times.json) scaled by its
+    number of tests; a boot never timed counts a second per test, three in a pair (whose
+    tests wait for TIME_WAIT and the peer)."""
+    try:
+        times = json.loads(BOOT_TIMES.read_text())
+    except (OSError, ValueError):
+        times = {}
+    expected = {}
+    for boot in boots:
+        last = times.get(f"{boot.suite}/{boot.topology}")
+        try:
+            expected[boot] = float(last["seconds"]) * len(boot.nodeids) / int(last["tests"])
+        except (TypeError, KeyError, ValueError, ZeroDivisionError):
+            expected[boot] = len(boot.nodeids) * (3.0 if boot.topology == "pair" else 1.0)
+    return expected
+
+
+def record_seconds(boots: list[Boot]) -> None:
+    """Remember how long the boots that completed took (for ``expected_seconds``)."""
+    done = [b for b in boots if b.done.is_set() and b.exit is not None and not b.failure]
+    if not done:
+        return
+    try:
+        times = json.loads(BOOT_TIMES.read_text())
+    except (OSError, ValueError):
+        times = {}
+    for boot in done:
+        times[f"{boot.suite}/{boot.topology}"] = {"seconds": round(boot.seconds, 1),
+                                                  "tests": len(boot.nodeids)}
+    try:
+        BOOT_TIMES.parent.mkdir(parents=True, exist_ok=True)
+        tmp = BOOT_TIMES.with_name(f".{BOOT_TIMES.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, BOOT_TIMES)
+    except OSError:
+        pass
+
+
+# Seconds between the starts of two boots. A kernel calibrates its TSC in its first seconds;
+# measured: two or three kernels booting at once on 2 busy cores can get it wrong, and then
+# the guest's clock runs several times too fast (tools/lab boots such a guest again).
+BOOT_GAP = 5.0
+
+
 class Scheduler:
     """Runs the session's boots side by side, at most ``jobs`` qemu processes at once (a
-    pair counts two, yet runs even when ``jobs`` is 1), the biggest first; a boot that does
-    not fit while others run lets a smaller one start. Independent of pytest's own loop:
-    the boots proceed while the host's tests and the reports of earlier boots run."""
+    pair counts two, yet runs even when ``jobs`` is 1), the longest first, BOOT_GAP seconds
+    apart; a boot that does not fit while others run lets a smaller one start. Independent
+    of pytest's own loop: the boots proceed while the host's tests and the reports of
+    earlier boots run."""
 
     def __init__(self, boots: list[Boot], jobs: int) -> None:
         self.jobs = jobs
-        # biggest first: fewer tests left for last, when the other slots would idle
-        self.pending = sorted(boots, key=lambda b: (-len(b.nodeids) * b.qemus))
+        # the longest first, so that no long one is left for the end while slots idle
+        expected = expected_seconds(boots)
+        self.pending = sorted(boots, key=lambda b: -expected[b])
         self.boots = list(boots)
         self.busy = 0
         self.stopped = False
@@ -319,6 +379,15 @@ class Scheduler:
         return min(boot.qemus, self.jobs)
 
     def _loop(self) -> None:
+        try:
+            self._schedule()
+        except BaseException as e:  # the waiting tests must not wait for ever
+            for boot in list(self.pending):
+                boot.cancel(f"not run: the lab's scheduler failed: {type(e).__name__}: {e}")
+            raise
+
+    def _schedule(self) -> None:
+        last_start = -BOOT_GAP
         with self.cond:
             while self.pending and not self.stopped:
                 boot = next((b for b in self.pending
@@ -326,6 +395,11 @@ class Scheduler:
                 if boot is None:
                     self.cond.wait()
                     continue
+                gap = last_start + BOOT_GAP - time.monotonic()
+                if gap > 0 and self.busy:  # one kernel at a time in its first seconds
+                    self.cond.wait(gap)
+                    continue
+                last_start = time.monotonic()
                 self.pending.remove(boot)
                 self.busy += self._cost(boot)
                 worker = threading.Thread(target=self._run, args=(boot,), daemon=True,
@@ -425,10 +499,13 @@ class KernelTier:
         tests: dict[tuple[str, str], list[str]] = {}
         for item in self.lab_items:
             tests.setdefault((item.suite, item.topology), []).append(item.original.nodeid)
+        jobs = self.config.getoption("--lab-jobs") or default_jobs()
+        # boots side by side share the cores: each one takes longer
+        timeout = (self.config.getoption("--lab-timeout")
+                   or BOOT_TIMEOUT * max(1.0, jobs / usable_cores()))
         for (suite, topology), nodeids in tests.items():
             self.boots[(suite, topology)] = Boot(suite, topology, list(dict.fromkeys(nodeids)),
-                                                 self.config, self.session_dir())
-        jobs = self.config.getoption("--lab-jobs") or default_jobs()
+                                                 self.config, self.session_dir(), timeout)
         self.scheduler = Scheduler(list(self.boots.values()), jobs)
         self.scheduler.start()
 
@@ -477,6 +554,7 @@ class KernelTier:
     def pytest_sessionfinish(self, session) -> None:
         if self.scheduler is not None:  # -x, a ^C: stop what still runs or waits
             self.scheduler.stop()
+            record_seconds(self.scheduler.boots)
         if self.missing_suites() and session.exitstatus == 0:
             session.exitstatus = 1
 

@@ -50,6 +50,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple, Union
 
+from ._record import Record, set_field
 from .errors import UsageError
 
 AF_INET = 2
@@ -194,13 +195,6 @@ def _zone_name(index: int) -> str:
         return str(index)
 
 
-#: how a frozen record's own ``__init__`` sets its fields (``dataclass(frozen=True)`` does the same).
-#: Address and HostName are frozen dataclasses whose ``__init__``, ``__eq__``, ``__hash__`` and
-#: ``__repr__`` are written out here, as ``dataclass(frozen=True)`` would make them: it compiles
-#: each one (~0.1 ms apiece on Python 3.11), and every import of the library makes these two
-#: classes.  tests/test_records.py holds them to what ``dataclass(frozen=True)`` makes.
-_SET = object.__setattr__
-
 # (type of ip, family given) -> the family, for the checks' fast path
 _FAST_FAMILY = {
     (ipaddress.IPv4Address, 0): AF_INET,
@@ -249,8 +243,8 @@ def _gid(gid: Any) -> ipaddress.IPv6Address:
     return g
 
 
-@dataclass(frozen=True, init=False, repr=False, eq=False)  # see _SET
-class Address:
+@dataclass(init=False, repr=False, eq=False)  # written out: see pyrdmacm._record
+class Address(Record):
     """A socket address for rdma_cm: IPv4, IPv6 (with scope id) or InfiniBand (AF_IB).
 
     For AF_IB, ``ip`` holds the GID as an :class:`ipaddress.IPv6Address`,
@@ -268,14 +262,14 @@ class Address:
 
     def __init__(self, ip: IPAddress, port: int = 0, scope_id: int = 0, flowinfo: int = 0, family: int = 0,
                  pkey: int = 0, sid: int = 0, sid_mask: int = 0) -> None:
-        _SET(self, "ip", ip)
-        _SET(self, "port", port)
-        _SET(self, "scope_id", scope_id)
-        _SET(self, "flowinfo", flowinfo)
-        _SET(self, "family", family)
-        _SET(self, "pkey", pkey)
-        _SET(self, "sid", sid)
-        _SET(self, "sid_mask", sid_mask)
+        set_field(self, "ip", ip)
+        set_field(self, "port", port)
+        set_field(self, "scope_id", scope_id)
+        set_field(self, "flowinfo", flowinfo)
+        set_field(self, "family", family)
+        set_field(self, "pkey", pkey)
+        set_field(self, "sid", sid)
+        set_field(self, "sid_mask", sid_mask)
         # The common case in one expression (exact types, every field in range);
         # anything else goes through _validate, which says what is wrong.
         fam = _FAST_FAMILY.get((ip.__class__, family)) if family.__class__ is int else None
@@ -291,20 +285,12 @@ class Address:
             and (fam == AF_INET or not getattr(ip, "scope_id", None))
         ):
             if fam != family:
-                _SET(self, "family", fam)
+                set_field(self, "family", fam)
             return
         self._validate()
 
     def _values(self) -> Tuple[Any, ...]:
         return (self.ip, self.port, self.scope_id, self.flowinfo, self.family, self.pkey, self.sid, self.sid_mask)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            return self._values() == other._values()
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._values())
 
     def __repr__(self) -> str:
         return "%s(ip=%r, port=%r, scope_id=%r, flowinfo=%r, family=%r, pkey=%r, sid=%r, sid_mask=%r)" % (
@@ -335,7 +321,7 @@ class Address:
                     "or 0 to take it from ip" % (family,)
                 )
             family = AF_INET if ip.version == 4 else AF_INET6
-            _SET(self, "family", family)
+            set_field(self, "family", family)
         _check_int("Address port", self.port, _U16, "0..65535")
         _check_int("Address scope_id", self.scope_id, _U32, "0..4294967295 (an interface index)")
         _check_int("Address flowinfo", self.flowinfo, _U32, "0..0xffffffff")
@@ -708,8 +694,8 @@ def same_family(a: Address, b: Address) -> bool:
     return a.family == b.family
 
 
-@dataclass(frozen=True, init=False, repr=False, eq=False)  # see _SET
-class HostName:
+@dataclass(init=False, repr=False, eq=False)  # written out: see pyrdmacm._record
+class HostName(Record):
     """A host name and what ``getaddrinfo`` answered for it, in its order; ``chosen`` is
     the address taken (the first answer, of the family asked for)."""
 
@@ -718,21 +704,15 @@ class HostName:
     chosen: IPAddress
 
     def __init__(self, name: str, addresses: Tuple[IPAddress, ...], chosen: IPAddress) -> None:
-        _SET(self, "name", name)
-        _SET(self, "addresses", addresses)
-        _SET(self, "chosen", chosen)
+        set_field(self, "name", name)
+        set_field(self, "addresses", addresses)
+        set_field(self, "chosen", chosen)
 
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            return (self.name, self.addresses, self.chosen) == (other.name, other.addresses, other.chosen)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash((self.name, self.addresses, self.chosen))
+    def _values(self) -> Tuple[Any, ...]:
+        return (self.name, self.addresses, self.chosen)
 
     def __repr__(self) -> str:
-        return "%s(name=%r, addresses=%r, chosen=%r)" % (self.__class__.__qualname__, self.name, self.addresses,
-                                                          self.chosen)
+        return "%s(name=%r, addresses=%r, chosen=%r)" % ((self.__class__.__qualname__,) + self._values())
 
     def __str__(self) -> str:
         others = [str(a) for a in self.addresses if a != self.chosen]

@@ -8,10 +8,11 @@ MULTICAST_JOIN event of a UD id (:class:`UdParam`, with its :class:`AhAttr`); th
 attributes INIT_QP_ATTR answers (:class:`QpAttr`).  :mod:`pyrdmacm.wire` makes them
 from the bytes and encodes :class:`ConnParam`; nothing here does I/O.
 
-All are ``dataclass(frozen=True)``.  :class:`ConnParam` is defined here, because the
-library's import makes one (the default parameters); the others, which only QUERY,
-INIT_QP_ATTR and datagram ids make, load on their first use from
-:mod:`pyrdmacm._records_later` (a module ``__getattr__``), still this module's.
+All are frozen dataclasses.  :class:`ConnParam` is defined here, with its methods written
+out (:mod:`pyrdmacm._record`), because the library's import makes one (the default
+parameters); the others, which only QUERY, INIT_QP_ATTR and datagram ids make, are
+``dataclass(frozen=True)`` in :mod:`pyrdmacm._records_later`, loaded on their first use (a
+module ``__getattr__``) and still this module's.
 """
 
 from __future__ import annotations
@@ -19,20 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Tuple
 
+from ._record import Record, set_field
+
 __all__ = ["DeviceRef", "AddrInfo", "PathRecord", "ServiceRecord", "ConnParam", "AhAttr", "UdParam", "QpAttr", "MTU_BYTES",
            "mtu_bytes"]
 
 
-#: how ConnParam's own ``__init__`` sets its fields (``dataclass(frozen=True)`` does the same).
-#: ConnParam is a frozen dataclass whose ``__init__``, ``__eq__``, ``__hash__`` and ``__repr__`` are
-#: written out here, as ``dataclass(frozen=True)`` would make them: it compiles each one (~0.1 ms
-#: apiece on Python 3.11), and every import of the library makes this class (and one ConnParam).
-#: tests/test_records.py holds it to what ``dataclass(frozen=True)`` makes.
-_SET = object.__setattr__
-
-
-@dataclass(frozen=True, init=False, repr=False, eq=False)  # see _SET
-class ConnParam:
+@dataclass(init=False, repr=False, eq=False)  # written out: see pyrdmacm._record
+class ConnParam(Record):
     """Connection parameters (``struct rdma_conn_param``).
 
     Given to :meth:`~pyrdmacm.CmId.connect` and :meth:`~pyrdmacm.CmId.accept` (a
@@ -68,28 +63,20 @@ class ConnParam:
     def __init__(self, qp_num: Optional[int] = None, private_data: bytes = b"", responder_resources: int = 0,
                  initiator_depth: int = 0, flow_control: int = 0, retry_count: int = 7, rnr_retry_count: int = 7,
                  srq: int = 0, qkey: int = 0, ece: Tuple[int, int] = (0, 0)) -> None:
-        _SET(self, "qp_num", qp_num)
-        _SET(self, "private_data", private_data)
-        _SET(self, "responder_resources", responder_resources)
-        _SET(self, "initiator_depth", initiator_depth)
-        _SET(self, "flow_control", flow_control)
-        _SET(self, "retry_count", retry_count)
-        _SET(self, "rnr_retry_count", rnr_retry_count)
-        _SET(self, "srq", srq)
-        _SET(self, "qkey", qkey)
-        _SET(self, "ece", ece)
+        set_field(self, "qp_num", qp_num)
+        set_field(self, "private_data", private_data)
+        set_field(self, "responder_resources", responder_resources)
+        set_field(self, "initiator_depth", initiator_depth)
+        set_field(self, "flow_control", flow_control)
+        set_field(self, "retry_count", retry_count)
+        set_field(self, "rnr_retry_count", rnr_retry_count)
+        set_field(self, "srq", srq)
+        set_field(self, "qkey", qkey)
+        set_field(self, "ece", ece)
 
     def _values(self) -> Tuple[Any, ...]:
         return (self.qp_num, self.private_data, self.responder_resources, self.initiator_depth, self.flow_control,
                 self.retry_count, self.rnr_retry_count, self.srq, self.qkey, self.ece)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            return self._values() == other._values()
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._values())
 
     def __repr__(self) -> str:
         return ("%s(qp_num=%r, private_data=%r, responder_resources=%r, initiator_depth=%r, flow_control=%r, "

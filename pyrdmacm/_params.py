@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from . import abi, wire
 from ._codec import CODECS
 from .errors import UsageError
-from .records import ConnParam, PathRecord
+from .records import ConnParam
 from .state import Call
 
 __all__ = ["check_int", "port_space", "qp_num_given", "private_data_for", "conn_param", "allocate_qp_num",
@@ -177,6 +177,8 @@ def _opt_bool(name: str) -> Callable[[Any], bytes]:
 
 
 def _opt_paths(v: Any) -> bytes:
+    from .records import PathRecord  # loaded on first use (pyrdmacm._records_later)
+
     if isinstance(v, (bytes, bytearray, memoryview)):
         data = bytes(v)
         size = CODECS["ib_path_rec_data"].size

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-from typing import Any, Callable, List, Optional, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple, TypeVar
 
 from . import abi, wire
 from .addr import AF_IB, Address
 from .errors import KernelError, StateError
-from .records import AddrInfo, DeviceRef, PathRecord, ServiceRecord
 from .state import Life, State
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .records import AddrInfo, DeviceRef, PathRecord, ServiceRecord
 
 __all__ = ["Queries"]
 
@@ -75,6 +77,8 @@ class Queries(Life):
             r = self._ask("QUERY_ROUTE", 0, wire.route_reply_prefill(), wire.route_reply)
         else:
             r = self._ask("QUERY_ADDR", abi.QueryOption.ADDR, wire.addr_reply_prefill(), wire.addr_reply)
+        from .records import AddrInfo, DeviceRef  # loaded on first use (pyrdmacm._records_later)
+
         device = None
         if r.node_guid or (r.ibdev_index is not None and r.port_num):
             name, index = ch._t.identify_device(r.ibdev_index, r.node_guid)

@@ -50,10 +50,10 @@ from ._device import ReplyBuffer
 from .addr import Address, AddressLike, parse_address
 from .errors import EventError, KernelError, StateError, UsageError
 from .events import Event
-from .records import QpAttr
 from .state import OUTCOMES, Call, Kind, State, rules_for
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .records import QpAttr
     from .channel import EventChannel
 
 __all__ = ["CmId", "SourceIgnoredWarning"]

@@ -25,11 +25,12 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
 from . import abi
 from ._codec import CODECS
 from .errors import errno_name
-from .records import ConnParam, UdParam
+from .records import ConnParam
 from .state import FAILURE_EVENTS
 from .wire import decode_conn, decode_ud
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .records import UdParam
     from .cmid import CmId
     from .membership import Membership
 
@@ -81,6 +82,10 @@ def _hints() -> Tuple[Dict[int, str], Dict[int, str]]:
 
 
 def __getattr__(name: str) -> Any:
+    if name == "UdParam":  # a record of datagram ids, loaded on first use
+        from .records import UdParam
+
+        return UdParam
     if name in ("REJECT_HINTS", "SIDR_HINTS"):
         return _hints()[name == "SIDR_HINTS"]
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
@@ -256,7 +261,7 @@ class Event:
         """The peer's private data of a connection event (the whole field of its message:
         zero-padded, the IB CM sends no length), b"" for other events."""
         p = self.param
-        return p.private_data if isinstance(p, (ConnParam, UdParam)) else b""
+        return b"" if p is None or isinstance(p, tuple) else p.private_data
 
     def ack(self) -> None:
         """Acknowledge the event (optional: pyrdmacm never blocks on unacked events)."""

@@ -27,14 +27,18 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import struct
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from . import abi
 from ._codec import CODECS, Codec, _format_items
 from ._layouts import COMMANDS as LAYOUT_OF_COMMAND
 from ._chardev import chardev_request, decode_huge_dev, parse_chardev_reply  # re-exported (see __all__)
 from .addr import Address, unpack_sockaddr
-from .records import AhAttr, ConnParam, PathRecord, QpAttr, ServiceRecord, UdParam
+from . import records
+from .records import ConnParam
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .records import AhAttr, PathRecord, QpAttr, ServiceRecord, UdParam
 
 __all__ = [
     "Command",
@@ -264,7 +268,7 @@ def decode_path_record(flags: int, rec: bytes) -> PathRecord:
     """One ``ib_path_rec_data``'s record (IBTA wire format) with its ``IB_PATH_*`` flags."""
     (sid, dgid, sgid, dlid, slid, raw_flow_hop, tclass, rn, pkey, qos_sl, mtu, rate, plt, pref,
      _reserved) = _SA_PATH.unpack_from(rec)
-    return PathRecord(
+    return records.PathRecord(
         flags,
         sid,
         ipaddress.IPv6Address(dgid),
@@ -321,7 +325,7 @@ def _ah_reader(codec: Codec, prefix: str) -> Callable[[Tuple[Any, ...]], AhAttr]
     def read(v: Tuple[Any, ...]) -> AhAttr:
         f = [v[i] for i in idx]
         f[0] = ipaddress.IPv6Address(f[0])
-        return AhAttr(*f)
+        return records.AhAttr(*f)
 
     return read
 
@@ -350,21 +354,24 @@ def decode_ud(raw: bytes) -> UdParam:
     """The ``ud`` arm of an event: remote QP, qkey, address handle, private data."""
     v = _UD.unpack_from(raw)
     n = min(v[_UD_PD_LEN], abi.RDMA_MAX_PRIVATE_DATA)
-    return UdParam(v[_UD_QPN], v[_UD_QKEY], _UD_AH(v), v[_UD_PD][:n])
+    return records.UdParam(v[_UD_QPN], v[_UD_QKEY], _UD_AH(v), v[_UD_PD][:n])
 
 
 _QP_AH = _ah_reader(_QP_ATTR, "ah_attr")
 _QP_ALT_AH = _ah_reader(_QP_ATTR, "alt_ah_attr")
-_QP_PLAIN = [(f.name, _QP_ATTR.index(f.name)) for f in dataclasses.fields(QpAttr)
-             if f.name not in ("mask", "ah_attr", "alt_ah_attr")]
+#: QpAttr's plain fields and their places in the reply, made at the first decode (QpAttr loads then)
+_QP_PLAIN: List[Tuple[str, int]] = []
 _QP_MASK = _QP_ATTR.index("qp_attr_mask")
 
 
 def decode_qp_attr(buf: Any) -> QpAttr:
     """INIT_QP_ATTR's reply (``ib_uverbs_qp_attr``)."""
+    if not _QP_PLAIN:
+        _QP_PLAIN.extend((f.name, _QP_ATTR.index(f.name)) for f in dataclasses.fields(records.QpAttr)
+                         if f.name not in ("mask", "ah_attr", "alt_ah_attr"))
     v = _QP_ATTR.unpack_from(buf)
     kw: Dict[str, Any] = {name: v[i] for name, i in _QP_PLAIN}
-    return QpAttr(mask=abi.QpAttrMask(v[_QP_MASK]), ah_attr=_QP_AH(v), alt_ah_attr=_QP_ALT_AH(v), **kw)
+    return records.QpAttr(mask=abi.QpAttrMask(v[_QP_MASK]), ah_attr=_QP_AH(v), alt_ah_attr=_QP_ALT_AH(v), **kw)
 
 
 def conn_fields(p: ConnParam, qp_num: int, valid: int = 1) -> Tuple[Any, ...]:
@@ -401,7 +408,7 @@ def service_records(raw: bytes) -> Tuple[int, List[ServiceRecord]]:
     size = _SERVICE_REC.size
     for k in range(min(total, (len(raw) - _SERVICE_HEAD.size) // size)):
         v = _SERVICE_REC.unpack_from(raw, _SERVICE_HEAD.size + k * size)
-        out.append(ServiceRecord(v[_SR["id"]], ipaddress.IPv6Address(v[_SR["gid"]]), v[_SR["pkey"]],
+        out.append(records.ServiceRecord(v[_SR["id"]], ipaddress.IPv6Address(v[_SR["gid"]]), v[_SR["pkey"]],
                                  v[_SR["lease"]], v[_SR["key"]], v[_SR["name"]].split(b"\0", 1)[0].decode(
                                      "utf-8", "replace")))
     return total, out

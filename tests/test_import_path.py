@@ -12,7 +12,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 #: loaded on first use only (construct and random: the earlier start-up work)
-OFF_THE_PATH = ("construct", "random", "socket", "ctypes", "selectors", "pyrdmacm._abi_later", "pyrdmacm._structs")
+OFF_THE_PATH = ("construct", "random", "socket", "ctypes", "selectors", "pyrdmacm._abi_later", "pyrdmacm._structs",
+               "pyrdmacm._records_later")
 
 
 def imported(code: str) -> set:

@@ -46,8 +46,8 @@ SUITES = ("bullseye", "bookworm", "trixie", "sid")
 TOPOLOGIES = ("single", "pair", "multihomed")
 RDMA_CM = "/dev/infiniband/rdma_cm"
 BOOT_TIMEOUT = 900.0  # seconds, for a boot that has a core to itself
-# How long each (suite, topology) boot took last time, to start the longest ones first.
-BOOT_TIMES = ROOT / "build" / "lab" / "boot-times.json"
+# How long each kernel test took last time on each suite, to start the longest boots first.
+BOOT_TIMES = ROOT / "build" / "lab" / "test-times.json"
 # Markers evaluated where the test runs (in the guest), not on the host.
 GUEST_MARKERS = {"skip", "skipif", "xfail", "parametrize", "usefixtures", "filterwarnings"}
 
@@ -187,6 +187,7 @@ class Boot:
         self.exit: int | None = None
         self.seconds = self.cpu_seconds = 0.0
         self.results: dict[tuple[str, str], tuple[str, str]] = {}
+        self.times: dict[tuple[str, str], float] = {}  # seconds per test, from the junit XML
         self.failure: str | None = None
 
     def run(self) -> None:
@@ -244,6 +245,10 @@ class Boot:
         for case in ElementTree.parse(junit).getroot().iter("testcase"):
             key = (case.get("classname", ""), case.get("name", ""))
             outcome, detail = self.results.get(key, ("passed", ""))
+            try:
+                self.times[key] = self.times.get(key, 0.0) + float(case.get("time") or 0)
+            except ValueError:
+                pass
             for child in case:
                 if child.tag in ("failure", "error"):
                     detail = detail if outcome == "failed" else ""
@@ -309,26 +314,28 @@ def default_jobs() -> int:
 
 
 def expected_seconds(boots: list[Boot]) -> dict[Boot, float]:
-    """Each boot's expected duration: its last one (build/lab/boot-times.json) scaled by its
-    number of tests; a boot never timed counts a second per test, three in a pair (whose
-    tests wait for TIME_WAIT and the peer)."""
+    """Each boot's expected duration: the set-up of a boot plus its tests' times of last time
+    on that suite (build/lab/test-times.json); a test never timed counts a second, three in
+    a pair (whose tests wait for TIME_WAIT and the peer)."""
     try:
         times = json.loads(BOOT_TIMES.read_text())
     except (OSError, ValueError):
         times = {}
     expected = {}
     for boot in boots:
-        last = times.get(f"{boot.suite}/{boot.topology}")
-        try:
-            expected[boot] = float(last["seconds"]) * len(boot.nodeids) / int(last["tests"])
-        except (TypeError, KeyError, ValueError, ZeroDivisionError):
-            expected[boot] = len(boot.nodeids) * (3.0 if boot.topology == "pair" else 1.0)
+        known = times.get(boot.suite, {})
+        guess = 3.0 if boot.topology == "pair" else 1.0
+        total = 30.0  # the boot, the guest's pytest start
+        for nodeid in boot.nodeids:
+            seconds = known.get(nodeid, guess)
+            total += seconds if isinstance(seconds, (int, float)) else guess
+        expected[boot] = total
     return expected
 
 
 def record_seconds(boots: list[Boot]) -> None:
-    """Remember how long the boots that completed took (for ``expected_seconds``)."""
-    done = [b for b in boots if b.done.is_set() and b.exit is not None and not b.failure]
+    """Remember how long each test of the boots that completed took (``expected_seconds``)."""
+    done = [b for b in boots if b.done.is_set() and b.times and not b.failure]
     if not done:
         return
     try:
@@ -336,12 +343,15 @@ def record_seconds(boots: list[Boot]) -> None:
     except (OSError, ValueError):
         times = {}
     for boot in done:
-        times[f"{boot.suite}/{boot.topology}"] = {"seconds": round(boot.seconds, 1),
-                                                  "tests": len(boot.nodeids)}
+        suite = times.setdefault(boot.suite, {})
+        for nodeid in boot.nodeids:
+            seconds = boot.times.get(junit_key(nodeid))
+            if seconds is not None:
+                suite[nodeid] = round(seconds, 2)
     try:
         BOOT_TIMES.parent.mkdir(parents=True, exist_ok=True)
         tmp = BOOT_TIMES.with_name(f".{BOOT_TIMES.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")
+        tmp.write_text(json.dumps(times, indent=0, sort_keys=True) + "\n")
         os.replace(tmp, BOOT_TIMES)
     except OSError:
         pass

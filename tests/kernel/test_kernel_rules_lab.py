@@ -13,6 +13,7 @@ RESOLVE_IB_SERVICE).
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -36,11 +37,12 @@ pytestmark = pytest.mark.kernel(suites=("bullseye", "sid"))
 @pytest.mark.parametrize("probe,ps", sorted(PLAN), ids=["%s %s" % (p, PS(ps).name) for p, ps in sorted(PLAN)])
 def test_the_kernel_answers_as_the_tables_say(probe: str, ps: int) -> None:
     version = kernel_version()
-    if PROBES[probe].command > C.JOIN_MCAST and version < (6, 17):
-        pytest.skip("%s is not in this kernel's table" % probe)
+    # a command newer than this kernel (RESOLVE_IB_SERVICE before 6.17) is one ucma_write does
+    # not know: EINVAL in every state, before any id is looked up
+    absent = PROBES[probe].command > C.JOIN_MCAST and version < (6, 17)
     wrong = []
     for state in PLAN[(probe, ps)]:
-        want = outcome_text(expected(probe, state, ps, version))
+        want = outcome_text(errno.EINVAL if absent else expected(probe, state, ps, version))
         seen = observe(state, probe, ps)
         if seen != want:
             wrong.append("%s in %s: the kernel %s, the tables %s" % (probe, state, seen, want))

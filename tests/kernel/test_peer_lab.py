@@ -19,7 +19,8 @@ import pytest
 
 from lab_peer import PeerError, PeerTimeout
 
-pytestmark = pytest.mark.kernel(topology="pair")
+# These check the lab's own peer agent and librdmacm's programs, not the kernel: one kernel
+pytestmark = pytest.mark.kernel(topology="pair", suites=("bookworm",))
 
 HUNG_MARKER = "lab-peer-hung-program"
 

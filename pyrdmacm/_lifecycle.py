@@ -9,23 +9,18 @@ taken before (the kernel counted it in ``events_reported``) is still handed out.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
 from . import _process, wire
 from ._device import ReplyBuffer
-from .state import Call, Life, Rules
+from .state import Call, Rules
 
 __all__ = ["create", "destroy_one"]
 
-_Id = TypeVar("_Id", bound=Life)
 _CMD = wire.COMMAND
 
 
-def create(cm_id: _Id, channel: Any, rules: Rules) -> _Id:
-    return _create(cm_id, channel, rules)  # type: ignore[no-any-return]
-
-
-def _create(cm_id: Any, channel: Any, rules: Rules) -> Any:
+def create(cm_id: Any, channel: Any, rules: Rules) -> Any:
     """CREATE_ID for a checked, not yet created ``cm_id`` on a live ``channel``, of the port
     space and QP type of ``rules``: the one place that writes it (``CmId()``,
     ``EventChannel.create_id`` and ``create_ids`` end here)."""

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import struct
 import warnings
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, TypeVar, Union
 
 from . import _process, abi, wire
 from ._connections import Connections
@@ -261,12 +261,22 @@ class CmId(Connections, Queries):
             # the common case: the destination this channel packed last, no source, a valid
             # timeout (many ids resolving one destination parse and pack it once)
             d: Address = packed[1]
-            self._dst = d
-            self._call(_RESOLVE_ADDR_CALL, _RESOLVE_ADDR_HEAD(_H_RESOLVE_ADDR, self.handle, timeout_ms) + packed[2],
-                       "RESOLVE_ADDR", src=None, dst=d)
-            if ch._wait_first and self.sync:  # a sync id's channel is its own
-                return self._complete(_RESOLVE_ADDR_CALL, "RESOLVE_ADDR", src=None, dst=d)
-            return None
+            s = None
+            data = _RESOLVE_ADDR_HEAD(_H_RESOLVE_ADDR, self.handle, timeout_ms) + packed[2]
+            command = "RESOLVE_ADDR"
+        else:
+            d, s, data, command = self._resolve_addr_command(dst, src, timeout_ms)
+        self._dst = d
+        self._call(_RESOLVE_ADDR_CALL, data, command, src=s, dst=d)
+        if ch._wait_first and self.sync:  # a sync id's channel is its own
+            return self._complete(_RESOLVE_ADDR_CALL, command, src=s, dst=d)
+        return None
+
+    def _resolve_addr_command(self, dst: AddressLike, src: Optional[AddressLike],
+                              timeout_ms: int) -> Tuple[Address, Optional[Address], bytes, str]:
+        """resolve_addr's arguments checked (UsageError, StateError, the ignored-source warning)
+        and its command: ``(dst, src, bytes, command name)``."""
+        ch = self.channel
         d = parse_address(dst)
         s = parse_address(src) if src is not None else None
         check_int("timeout_ms", timeout_ms, 0xFFFFFFFF)
@@ -280,7 +290,7 @@ class CmId(Connections, Queries):
             if bound is None or bound != s:
                 warnings.warn(
                     SourceIgnoredWarning("id is already bound (to %s): the kernel ignores the source %s" % (bound, s)),
-                    stacklevel=2,
+                    stacklevel=3,
                 )
         if ch.legacy:
             data = _CMD["RESOLVE_IP"].encode(s.pack_in6() if s is not None else bytes(28), d.pack_in6(),
@@ -294,11 +304,7 @@ class CmId(Connections, Queries):
                 tail = resolve_addr_tail(s, d)
             data = _RESOLVE_ADDR_HEAD(_H_RESOLVE_ADDR, self.handle, timeout_ms) + tail
             command = "RESOLVE_ADDR"
-        self._dst = d
-        self._call(Call.RESOLVE_ADDR, data, command, src=s, dst=d)
-        if ch._wait_first and self.sync:  # a sync id's channel is its own
-            return self._complete(Call.RESOLVE_ADDR, command, src=s, dst=d)
-        return None
+        return d, s, data, command
 
     def resolve_route(self, timeout_ms: int = 2000) -> Optional[Event]:
         """Resolve the route to the destination (RESOLVE_ROUTE): ``rdma_resolve_route``.

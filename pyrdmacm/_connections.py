@@ -34,7 +34,7 @@ _DATAGRAM = Kind.DATAGRAM
 _REQ, _REP = ("REQ", "SIDR_REQ"), ("REP", "SIDR_REP")  # the messages of connect and accept's parameters
 _CONNECT_CALL, _ESTABLISH_CALL, _DISCONNECT_CALL = Call.CONNECT, Call.ESTABLISH, Call.DISCONNECT
 _ESTABLISH, _CONNECT_DEFAULT, _CONNECT = wire.ESTABLISH, wire.CONNECT_DEFAULT, _CMD["CONNECT"]
-_DISCONNECT, _H_DISCONNECT = _CMD["DISCONNECT"].pack, _CMD["DISCONNECT"].header
+_DISCONNECT = wire.DISCONNECT
 
 
 class Connections(Life):
@@ -218,7 +218,7 @@ class Connections(Life):
         peer's DREQ came (the DISCONNECTED event; the channel answers it itself unless
         ``channel.answer_disconnect`` is False).  TIMEWAIT_EXIT follows a few seconds later
         (while the id exists)."""
-        self._call(_DISCONNECT_CALL, _DISCONNECT(_H_DISCONNECT, self.handle), "DISCONNECT")
+        self._call(_DISCONNECT_CALL, _DISCONNECT(self.handle), "DISCONNECT")
 
     def _requested(self, event: Event) -> Event:
         """This id is the new id of the connection request ``event`` (which it counts)."""

@@ -63,7 +63,7 @@ _monotonic = time.monotonic
 _UNSET = object()  # a read's deadline before it first needs one
 NO_ECE = (0, 0)  # the ece of nearly every event, shared: one allocation less per event
 _GET_EVENT = wire.COMMAND["GET_EVENT"]
-_DISCONNECT_CMD, _H_DISCONNECT = wire.COMMAND["DISCONNECT"].pack, wire.COMMAND["DISCONNECT"].header
+_DISCONNECT = wire.DISCONNECT
 _NOTHING = object()
 
 
@@ -607,7 +607,7 @@ def _answer_dreq(cm_id: CmId) -> None:
     migrated after the reader took the event is on another fd now.  If MIGRATE_ID is moving
     the id right now, the write is refused on the old fd; migrate() then sends it on the new
     one (whichever of the two takes the pending answer first sends it, once)."""
-    data = _DISCONNECT_CMD(_H_DISCONNECT, cm_id.handle)
+    data = _DISCONNECT(cm_id.handle)
     ch = cm_id.channel
     try:
         ch._write(data)

@@ -486,7 +486,7 @@ class CmId(Connections, Queries):
                 pass  # the reader took it after all
             else:
                 try:
-                    channel.submit(_DISCONNECT(_H_DISCONNECT, self.handle), "DISCONNECT")
+                    channel.submit(wire.DISCONNECT(self.handle), "DISCONNECT")
                 except (KernelError, StateError):
                     pass
         reported: int = reply.u32[0]
@@ -592,6 +592,5 @@ _WRITE_EVENT_PARAM = CODECS["rdma_ucm_write_cm_event"].size - CODECS["rdma_ucm_w
 _H_RESOLVE_ADDR = _CMD["RESOLVE_ADDR"].header
 _RESOLVE_ADDR_HEAD, resolve_addr_tail = wire.RESOLVE_ADDR_HEAD, wire.resolve_addr_tail
 _ESTABLISH, _CONNECT_DEFAULT, _CONNECT, _ACCEPT = wire.ESTABLISH, wire.CONNECT_DEFAULT, _CMD["CONNECT"], _CMD["ACCEPT"]
-_DISCONNECT, _H_DISCONNECT = _CMD["DISCONNECT"].pack, _CMD["DISCONNECT"].header
 _ROUTE_CMD, _H_RESOLVE_ROUTE = _CMD["RESOLVE_ROUTE"].pack, _CMD["RESOLVE_ROUTE"].header
 _RESOLVE_ADDR_CALL, _RESOLVE_ROUTE_CALL = Call.RESOLVE_ADDR, Call.RESOLVE_ROUTE

@@ -422,6 +422,8 @@ _ACCEPT, _CONNECT, _RESOLVE_ADDR = COMMAND["ACCEPT"], COMMAND["CONNECT"], COMMAN
 #: establish(): ACCEPT with nothing but the id (uid 0, parameters invalid), as librdmacm sends it
 #: (``ESTABLISH(handle)``); every other field is zero, packed once
 ESTABLISH = _ACCEPT.packer({}, ("id",))
+#: DISCONNECT of an id (``DISCONNECT(handle)``): disconnect(), and the channel's answer to DISCONNECTED
+DISCONNECT = COMMAND["DISCONNECT"].packer({}, ("id",))
 #: CONNECT with the default parameters (``CONNECT_DEFAULT(qp_num, handle)``): the rest is
 #: :data:`DEFAULT_CONN_PARAM`'s, packed once
 CONNECT_DEFAULT = _CONNECT.packer(

@@ -11,12 +11,11 @@ general path of a call (``_call``) is CmId's.
 from __future__ import annotations
 
 import errno
-import time as _time
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, List, Optional, Union
 
 from . import abi, wire
-from ._device import timeout_seconds
 from ._params import check_int, conn_param, private_data_for
+from ._router import TAKES, Waiter
 from .addr import Address
 from .errors import EventError, KernelError, StateError, UsageError
 from .events import Event
@@ -40,13 +39,15 @@ _DISCONNECT = wire.DISCONNECT
 class Connections(Life):
     """The connection verbs (a mixin of :class:`~pyrdmacm.cmid.CmId`, which has the rest)."""
 
-    __slots__ = ("_qpn", "_request")
+    __slots__ = ("_qpn", "_request", "_drep")
 
     channel: Any
     handle: int
     uid: int
     _qpn: int
     _request: Event
+    #: a DREP the old channel's reader could not send during migrate() (see :meth:`_answer_dreq`)
+    _drep: List[bool]
 
     if TYPE_CHECKING:  # pragma: no cover - CmId's
         @property
@@ -127,21 +128,20 @@ class Connections(Life):
             raise UsageError("get_request is for a sync listener (CmId(None)); a listener with a channel "
                              "gets its requests as CONNECT_REQUEST events of the channel")
         ch = self.channel
-        t = timeout_seconds(timeout)
-        deadline = None if t is None else _time.monotonic() + t
-        while True:
-            left = None if deadline is None else max(0.0, deadline - _time.monotonic())
-            ev: Optional[Event] = ch.get_event(left)
-            if ev is None:
-                return None
-            if ev.event is E.CONNECT_REQUEST and ev.listen_id is self:
-                ev.ack()
-                return ev.id
-            if ev.id is self and not ev.ok:
-                ev.ack()
-                raise EventError(ev, "LISTEN")
-            if deadline is not None and left == 0.0:
-                return None
+        waiter = ch.expect(self.uid, Waiter(TAKES[(self.kind, Call.GET_REQUEST)]))
+        try:
+            ch.wait(waiter, timeout)
+        finally:
+            if not waiter.done:  # none came in time: a later request is get_event's
+                ch.forget(self.uid, waiter)
+        if waiter.error is not None:
+            raise waiter.error
+        ev: Optional[Event] = waiter.event
+        if ev is None:
+            return None
+        if not waiter.ok:
+            raise EventError(ev, "LISTEN")
+        return ev.id
 
     def accept(self, param: Union[ConnParam, int, None] = None, private_data: Optional[bytes] = None,
                **fields: Any) -> Optional[Event]:
@@ -219,6 +219,32 @@ class Connections(Life):
         ``channel.answer_disconnect`` is False).  TIMEWAIT_EXIT follows a few seconds later
         (while the id exists)."""
         self._call(_DISCONNECT_CALL, _DISCONNECT(self.handle), "DISCONNECT")
+
+    def _answer_dreq(self) -> None:
+        """DISCONNECTED came (the peer's DREQ, or the DREP of ours): send DISCONNECT, which answers
+        a DREQ with the DREP (so the peer's disconnect completes, and both ends reach timewait when
+        two DREQs crossed) and does nothing otherwise.  Written on the id's own channel: an id
+        migrated after the reader took the event is on another fd now.  If MIGRATE_ID is moving
+        the id right now, the write is refused on the old fd; migrate() then sends it on the new
+        one (whichever of the two takes the pending answer first sends it, once)."""
+        data = _DISCONNECT(self.handle)
+        ch = self.channel
+        try:
+            ch._write(data)
+            return
+        except OSError:
+            if self.channel is ch:  # refused where the id still is: the connection is gone either way
+                pending = self._drep = [True]
+                if self.channel is ch:
+                    return  # a migrate() in flight finds it (see CmId.migrate)
+                try:
+                    pending.pop()
+                except IndexError:
+                    return  # migrate() took it
+        try:  # moved meanwhile: on its new channel
+            self.channel._write(data)
+        except OSError:
+            pass
 
     def _requested(self, event: Event) -> Event:
         """This id is the new id of the connection request ``event`` (which it counts)."""

@@ -52,7 +52,7 @@ from array import array
 from typing import Any, List, Optional, Protocol, Tuple
 
 from . import _chardev
-from .errors import DeviceNodeError, UsageError
+from .errors import DeviceNodeError, StateError, UsageError
 
 DEFAULT_PATH = "/dev/infiniband/rdma_cm"
 SYSFS_ABI = ("/sys/class/misc/rdma_cm/abi_version", "/sys/class/infiniband_ucma/abi_version")
@@ -483,3 +483,24 @@ def timeout_seconds(timeout: Any) -> Optional[float]:
 def wait(fd: int, wake: int, timeout_ms: int) -> str:
     """One wait of a :class:`Poller` on ``fd`` and ``wake``."""
     return Poller(fd, wake).wait(timeout_ms)
+
+
+_TRANSPORT_CALLS = ("fileno", "write", "close", "identify_device")
+
+
+def check_transport(t: Any) -> None:
+    """UsageError unless ``t`` has what a channel calls of its transport."""
+    missing = [name for name in _TRANSPORT_CALLS if not callable(getattr(t, name, None))]
+    if not hasattr(t, "legacy"):
+        missing.append("legacy")
+    if missing:
+        raise UsageError("%r is no rdma_cm transport: it lacks %s (see pyrdmacm._device.Transport; "
+                         "pyrdmacm.testing.FakeKernel is one)" % (t, ", ".join(missing)))
+
+
+def fd_closed_behind() -> StateError:
+    """What EBADF (POLLNVAL) on a channel's fd means."""
+    return StateError(
+        "the event channel's fd was closed behind its back (EBADF: os.close() on its fileno()?); "
+        "close channels with close(), and open a new EventChannel"
+    )

@@ -33,18 +33,18 @@ import errno
 import os
 import threading
 import time
-import warnings
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from collections import deque
+from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from . import _device, _process, abi, wire
 from ._device import KernelDevice, ReplyBuffer, Transport, Waker, timeout_seconds
-from ._params import port_space
-from ._lifecycle import create, destroy_one
+from ._lifecycle import UnackedEventsWarning, create_many, destroy_many
+from ._router import Router, Waiter
 from .cmid import CmId
 from .membership import Membership
 from .errors import KernelError, StateError, UsageError
 from .events import _TYPES, _UNPACK_EVENT, EVENT_RESP_SIZE, Event
-from .state import State, rules_for
+from .state import State
 
 _get_ident = threading.get_ident
 _READY = _device.READY
@@ -52,23 +52,17 @@ _READY = _device.READY
 __all__ = ["EventChannel", "UnackedEventsWarning"]
 
 E = abi.CmEventType
-_PS_TCP = abi.PortSpace.TCP
-_QP_RC = abi.QpType.RC
-_TCP_RC = rules_for(_PS_TCP, _QP_RC)
 _CONNECT_REQUEST = E.CONNECT_REQUEST
 _DISCONNECTED = E.DISCONNECTED
 _DESTROYED = State.DESTROYED
-_new_object = object.__new__
 _monotonic = time.monotonic
 _UNSET = object()  # a read's deadline before it first needs one
 NO_ECE = (0, 0)  # the ece of nearly every event, shared: one allocation less per event
 _GET_EVENT = wire.COMMAND["GET_EVENT"]
 _DISCONNECT = wire.DISCONNECT
 _NOTHING = object()
-
-
-class UnackedEventsWarning(ResourceWarning):
-    """An id was destroyed with events still unacknowledged (librdmacm would hang here)."""
+#: what the read returns for an event it gave to a waiter (see :mod:`pyrdmacm._router`)
+_ROUTED: Any = object()
 
 
 class EventChannel:
@@ -81,7 +75,7 @@ class EventChannel:
     def __init__(self, transport: Optional[Transport] = None, *, legacy: Optional[bool] = None) -> None:
         # the waker first: if the fds run out, nothing is left open
         if transport is not None:
-            _check_transport(transport)
+            _device.check_transport(transport)
         try:
             self._waker = Waker()
         except BaseException:
@@ -104,13 +98,14 @@ class EventChannel:
         #: completes at once instead of retrying until its DREQ times out
         self.answer_disconnect = True
         self._cmd_lock = threading.Lock()
-        #: the one-reader rule's guard: a one-slot list, only tried (list.pop/append are atomic;
-        #: under emulation a threading.Lock round trip costs as much as the GET_EVENT it guards)
+        #: the one-reader rule's guard (:meth:`_hold`)
         self._reader_slot = [True]
         #: the thread id of a reader waiting in get_event (named in the refusal of a second one)
         self._reader: Optional[int] = None
-        #: who is told when ids stop being this channel's (:meth:`watch`)
-        self._watchers: List[Any] = []
+        #: the waits for events of this channel's ids (:meth:`expect`): uid -> waiter
+        self._waits = Router()
+        #: events a :meth:`wait` read that nobody waited for: get_event's first
+        self._queued: Deque[Event] = deque()
         #: ids destroyed while a reader held the guard: an event it had read already still finds
         #: its id here (emptied when the reader lets go; see :func:`pyrdmacm._lifecycle.destroy_one`)
         self._grave: Dict[int, CmId] = {}
@@ -157,6 +152,8 @@ class EventChannel:
             for m in list(self._mcs.values()):
                 getattr(m.id, "_mcs", {}).pop(m.uid, None)
             self._mcs.clear()
+            self._queued.clear()
+            self._waits.end_all(StateError("the channel was closed (by close()): the kernel destroyed its ids"))
         self._waker.signal()  # wake a waiting reader: it raises "closed" (never a forked child's)
         self._t.close()  # the fd is released now, or by the last write in flight
         slot = self._reader_slot
@@ -215,7 +212,7 @@ class EventChannel:
         if self.closed:
             return StateError("the event channel is closed")
         if e.errno == errno.EBADF:
-            return _fd_closed_behind()
+            return _device.fd_closed_behind()
         return KernelError(e.errno or errno.EIO, command, **ctx)
 
     @staticmethod
@@ -228,67 +225,72 @@ class EventChannel:
         ``timeout`` seconds (None: wait for ever; 0: only look).
 
         The event's id has moved already (its ``state``); acknowledge it with ``event.ack()``
-        (``rdma_ack_cm_event``: destroy() warns of events left unacked).  One reader at a time:
-        a second thread's call raises StateError.  ``close()`` from another thread ends a wait
-        with StateError; a signal's handler runs and the wait goes on."""
+        (``rdma_ack_cm_event``: destroy() warns of events left unacked).  An event that
+        answers a pending wait (:meth:`expect`) goes to that wait instead.  One reader at a
+        time: a second thread's call raises StateError.  ``close()`` from another thread
+        ends a wait with StateError; a signal's handler runs and the wait goes on."""
         if timeout is not None and (timeout.__class__ is not int or timeout < 0):
             timeout = timeout_seconds(timeout)
         if self._live != _process.PID:
             self._check()
-        slot = self._reader_slot  # the one-reader guard, tried (list.pop is atomic)
+        self._hold()
         try:
-            slot.pop()
-        except IndexError:
-            raise self._busy() from None
-        try:
-            return self._read(timeout, True)
+            if self._queued:
+                return self._queued.popleft()
+            start = _monotonic() if self._waits and timeout else 0.0
+            ev = self._read(timeout, True)
+            while ev is _ROUTED:  # given to a waiter: the next, within the time left
+                ev = self._read(timeout and max(0.0, (start or _monotonic()) + timeout - _monotonic()), True)
+            return ev
         finally:
-            if self._grave:  # ids destroyed while this reader held the guard: no event of theirs comes now
-                self._grave.clear()
-            if self.closed:
-                self._waker.close()
-            slot.append(True)
+            self._let_go()
 
     def get_events(self, max_events: int = 64, timeout: Optional[float] = 0, *, ack: bool = False) -> List[Event]:
         """Up to ``max_events`` queued events in one call (a GET_EVENT each), waiting ``timeout``
         seconds for the first (0, the default: only look; None: for ever); with ``ack=True``
-        each is acknowledged as it is read."""
+        each is acknowledged as it is read.  Events that answer a pending wait go to it and
+        are not counted."""
         if self._live != _process.PID:
             self._check()
         if max_events.__class__ is not int or max_events < 1:
             raise UsageError("max_events must be an int >= 1, got %r" % (max_events,))
         if timeout is not None and (timeout.__class__ is not int or timeout < 0):
             timeout = timeout_seconds(timeout)
-        slot = self._reader_slot
-        try:
-            slot.pop()
-        except IndexError:
-            raise self._busy() from None
+        self._hold()
         count = not ack
         out: List[Event] = []
         try:
-            first = self._read(timeout, count)
-            if first is None:
-                return out
-            out.append(first)
+            queued = self._queued
+            while queued and len(out) < max_events:
+                ev = queued.popleft()
+                if ack:
+                    ev.ack()
+                out.append(ev)
+            if not out:
+                start = _monotonic() if self._waits and timeout else 0.0
+                first = self._read(timeout, count)
+                while first is _ROUTED:
+                    first = self._read(timeout and max(0.0, (start or _monotonic()) + timeout - _monotonic()),
+                                       count)
+                if first is None:
+                    return out
+                out.append(first)
             read = self._read
             while len(out) < max_events:
-                ev = read(0, count, True)
-                if ev is None:
+                more = read(0, count, True)
+                if more is None:
                     break  # drained (a burst's end, not an empty look), or an id destroyed meanwhile
-                out.append(ev)
+                if more is not _ROUTED:
+                    out.append(more)
             return out
         finally:
-            if self._grave:
-                self._grave.clear()
-            if self.closed:
-                self._waker.close()
-            slot.append(True)
+            self._let_go()
 
     def _read(self, timeout: Optional[float], count: bool, burst: bool = False) -> Optional[Event]:
         """The one read of every reader, under its guard: GET_EVENT on the non-blocking fd, and
         a wait while nothing is queued, until ``timeout`` (0: only look; None: for ever); the
-        event decoded, its id found and moved (the state module's rows), the event made.
+        event decoded, its id found and moved (the state module's rows), the event made, and
+        given to the wait it answers (then ``_ROUTED`` is returned: the caller reads on).
 
         A read that follows a look which found the queue empty waits first, as does a sync
         id's private channel (its event is almost never there right after its command), as
@@ -302,7 +304,7 @@ class EventChannel:
             if not self._wait_readable(deadline):
                 return None
             self._drained = False
-        write, data, view, ids = self._write, self._b_get_event, self._event_view, self._ids
+        write, data, view, ids, waits = self._write, self._b_get_event, self._event_view, self._ids, self._waits
         while True:
             try:
                 write(data)
@@ -323,16 +325,18 @@ class EventChannel:
                 raise self._read_fault(e) from None
             uid, handle, number, status, raw, vid, mod = _UNPACK_EVENT(view)
             cm_id = ids.get(uid)
-            if cm_id is not None:
+            if cm_id is not None and not (waits and uid in waits):
                 try:
                     ev = cm_id._on_event(number, count)
                 except KeyError:  # an event with effects, or a number the table does not know
                     pass
                 else:
                     return Event(ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE)
-            event = self._dispatch_effects(uid, handle, _TYPES.get(number, number), status, raw,
-                                           (vid, mod) if vid or mod else NO_ECE)
+            event = self._dispatch(uid, handle, number, status, raw, (vid, mod) if vid or mod else NO_ECE,
+                                   uid in waits)
             if event is not None:
+                if waits and uid in waits and waits.route(uid, event):
+                    return _ROUTED  # type: ignore[no-any-return]
                 if not count:
                     event.ack()
                 return event
@@ -345,12 +349,29 @@ class EventChannel:
                 elif _monotonic() >= deadline:
                     return None
 
+    def _hold(self) -> None:
+        """Take the one-reader guard (a one-slot list, only tried: list.pop is atomic, and under
+        emulation a threading.Lock round trip costs as much as the GET_EVENT it guards)."""
+        try:
+            self._reader_slot.pop()
+        except IndexError:
+            raise self._busy() from None
+
+    def _let_go(self) -> None:
+        """Give the guard back.  Ids destroyed while it was held can have no event read any more
+        (the grave empties); a close meanwhile left the waker for this reader to close."""
+        if self._grave:
+            self._grave.clear()
+        if self.closed:
+            self._waker.close()
+        self._reader_slot.append(True)
+
     def _read_fault(self, e: OSError) -> Exception:
         """What a refused GET_EVENT means."""
         if self.closed:
             return StateError("the event channel was closed while waiting")
         if e.errno == errno.EBADF:
-            return _fd_closed_behind()
+            return _device.fd_closed_behind()
         return KernelError(e.errno or errno.EIO, "GET_EVENT")
 
     def _busy(self) -> StateError:
@@ -395,18 +416,29 @@ class EventChannel:
                 if got is _READY:
                     return True
                 if got is _device.GONE:
-                    raise _fd_closed_behind()
-                if got is _device.WOKEN:  # a signal with no close() behind it: take it, wait on
+                    raise _device.fd_closed_behind()
+                if got is _device.WOKEN:  # a wait ended by destroy(): the caller looks at it
                     self._waker.drain()
+                    return True
         finally:
             self._reader = None
 
-    def _dispatch_effects(self, uid: int, handle: int, ev: Any, status: int, raw: bytes,
-                          ece: Tuple[int, int]) -> Optional[Event]:
-        """An event that does more than move its id (a connection request, the peer's DREQ), a
-        membership's, one of an unknown type, or one of an id destroyed while this reader held
-        it (the kernel counted it in events_reported: it is still the caller's)."""
+    def _dispatch(self, uid: int, handle: int, number: int, status: int, raw: bytes, ece: Tuple[int, int],
+                  plain: bool) -> Optional[Event]:
+        """The event of ``uid`` the read's own row did not take (``plain``: it did not try,
+        the event may be waited for): one that does more than move its id (a connection
+        request, the peer's DREQ), a membership's, one of an unknown type, or one of an id
+        destroyed while this reader held it (the kernel counted it in events_reported: it is
+        still the caller's).  None: dropped (a group left meanwhile)."""
         cm_id = self._ids.get(uid)
+        if plain and cm_id is not None:
+            try:
+                plain_ev = cm_id._on_event(number, True)
+            except KeyError:
+                pass
+            else:
+                return Event(plain_ev, status, cm_id, handle, raw, ece)
+        ev = _TYPES.get(number, number)
         membership = None
         if cm_id is None:
             membership = self._mcs.get(uid)
@@ -423,7 +455,7 @@ class EventChannel:
             return new._requested(Event(ev, status, new, handle, raw, ece, cm_id, None))
         cm_id._on_event_with_effects(ev)
         if ev is _DISCONNECTED and self.answer_disconnect and cm_id._state is not _DESTROYED:
-            _answer_dreq(cm_id)
+            cm_id._answer_dreq()
         return Event(ev, status, cm_id, handle, raw, ece, None, membership)
 
     def _private(self) -> "EventChannel":
@@ -436,25 +468,82 @@ class EventChannel:
         ch._wait_first = True
         return ch
 
-    def watch(self, watcher: Any) -> None:
-        """Tell ``watcher`` (``watcher.ids_ended(uids, why)``) whenever ids stop being this
-        channel's -- destroyed (``why`` "destroyed") or migrated away ("migrated") -- right
-        after the kernel took them away: whatever waits for their events can end its wait then
-        (the asyncio adapter fails its futures).  Called in the thread that destroyed them."""
-        if watcher not in self._watchers:
-            self._watchers.append(watcher)
+    # -- waits: one way for everything that waits for the event answering a call
+    def expect(self, uid: int, waiter: Waiter) -> Waiter:
+        """Route the next event of ``uid`` (an id's, a membership's; a listener's for its
+        requests) that ``waiter`` takes to it, acknowledged, instead of to get_event: see
+        :mod:`pyrdmacm._router`.  Call it after the command (the event is read by this
+        channel's reader, which is not reading yet) or before; :meth:`wait` waits for it,
+        or the reader of an event loop delivers it.  Ends with StateError when the id is
+        destroyed or migrated away, or the channel closed."""
+        if self._live != _process.PID:
+            self._check()
+        self._waits.add(uid, waiter)
+        return waiter
 
-    def unwatch(self, watcher: Any) -> None:
-        """Stop telling ``watcher`` (see :meth:`watch`); nothing if it was not watching."""
+    def expect_many(self, uids: List[int], waiter: Waiter) -> Waiter:
+        """:meth:`expect` for many uids with one waiter (a batch: it is given one event of each)."""
+        if self._live != _process.PID:
+            self._check()
+        self._waits.add_many(uids, waiter)
+        return waiter
+
+    def end_waits(self, error: BaseException) -> None:
+        """End every pending wait with ``error`` (an event loop's reader that cannot go on)."""
+        self._waits.end_all(error)
+
+    @property
+    def waiting(self) -> int:
+        """How many uids have a wait pending (:meth:`expect`)."""
+        return len(self._waits)
+
+    def forget(self, uid: int, waiter: Waiter) -> None:
+        """Give up ``waiter`` (a wait timed out or interrupted): its event goes to get_event."""
+        self._waits.forget(uid, waiter)
+
+    def wait(self, waiter: Waiter, timeout: Optional[float] = None, *, drop: bool = False) -> bool:
+        """Read events until ``waiter`` (:meth:`expect`) is done, or ``timeout`` seconds
+        (None: for ever) have passed: its ``done``.  Other waits get their events meanwhile;
+        events nobody waits for are kept, in order, for get_event (``drop``: acked and
+        dropped instead).  The one-reader rule holds (StateError while another thread reads)."""
+        if timeout is not None:
+            timeout = timeout_seconds(timeout)
+        if self._live != _process.PID:
+            self._check()
+        self._hold()
         try:
-            self._watchers.remove(watcher)
-        except ValueError:
-            pass
+            deadline = None if timeout is None else _monotonic() + timeout
+            look = not self._wait_first  # a sync id's own channel: its event is rarely there yet
+            while not waiter.done:
+                if look:
+                    ev = self._read(0, True)
+                    if ev is _ROUTED:
+                        continue
+                    if ev is not None:
+                        if drop:
+                            ev.ack()
+                        else:
+                            self._queued.append(ev)
+                        continue
+                look = True
+                if not self._wait_readable(deadline):
+                    break  # timed out (a wake-up: the loop looks whether the wait ended)
+            return waiter.done
+        finally:
+            self._let_go()
 
     def _ended(self, uids: List[int], why: str) -> None:
-        """Tell the watchers that ``uids`` stopped being this channel's."""
-        for watcher in list(self._watchers):
-            watcher.ids_ended(uids, why)
+        """``uids`` stopped being this channel's (``why``: "destroyed", "migrated", "left"):
+        their waits end now, a reader blocked in :meth:`wait` is woken to see it, and events
+        of destroyed ids kept for get_event go."""
+        waits = self._waits
+        if waits and not waits.keys().isdisjoint(uids):
+            waits.end(uids, why)
+            if self._reader is not None:
+                self._waker.signal()
+        if self._queued and why != "migrated":
+            gone = set(uids)
+            self._queued = deque(ev for ev in self._queued if ev.id.uid not in gone or not ev.id.uid)
 
     def events(self, timeout: Optional[float] = None) -> Iterator[Event]:
         """Iterate over events until none arrives within ``timeout``."""
@@ -500,37 +589,7 @@ class EventChannel:
         All or nothing: if the kernel refuses one (EMFILE, ENOMEM ...), the ids made so far
         are destroyed again and the refusal is raised.
         """
-        if n.__class__ is not int or n < 0:
-            raise UsageError("n must be an int >= 0 (how many ids), got %r" % (n,))
-        custom = ps is not _PS_TCP or qp_type is not None
-        rules = rules_for(*port_space(ps, qp_type)) if custom else _TCP_RC
-        if self._live != _process.PID:
-            self._check()
-        out: List[CmId] = []
-        append = out.append
-        try:
-            for _ in range(n):
-                append(create(_new_object(CmId), self, rules))
-        except BaseException:
-            for cm_id in out:  # all or nothing
-                try:
-                    destroy_one(cm_id)
-                except Exception:  # pragma: no cover - the channel is failing: closing it frees them
-                    pass
-            raise
-        return out
-
-    def _destroy_refusal(self, ids: List[Any]) -> Exception:
-        seen = set()
-        for cm_id in ids:
-            if not isinstance(cm_id, CmId) or cm_id.channel is not self:
-                return UsageError("destroy_ids takes ids of this channel, got %r" % (cm_id,))
-            if cm_id._state is _DESTROYED:
-                return StateError("destroy_ids: id uid %d is already destroyed" % cm_id.uid)
-            if id(cm_id) in seen:
-                return UsageError("destroy_ids: id uid %d is given twice" % cm_id.uid)
-            seen.add(id(cm_id))
-        return UsageError("destroy_ids: %d ids that cannot be told apart" % len(ids))  # pragma: no cover
+        return create_many(self, CmId, n, ps, qp_type)
 
     def destroy_ids(self, ids: Iterable[CmId]) -> List[int]:
         """Destroy many ids of this channel; their ``events_reported``, in order.
@@ -539,89 +598,4 @@ class EventChannel:
         or StateError before any syscall). Ids with events not acked are reported in one
         :class:`UnackedEventsWarning`.
         """
-        ids = list(ids)
-        if self._live != _process.PID:
-            if self.closed:
-                for cm_id in ids:
-                    if getattr(cm_id, "channel", None) is self:
-                        cm_id._closed()
-                raise StateError("destroy_ids: the event channel is closed (the kernel destroyed its ids then)")
-            self._check()
-        try:  # one pass that only says yes or no; _destroy_refusal says what is wrong
-            ok = all([cm_id.channel is self and cm_id._state is not _DESTROYED for cm_id in ids])
-            ok = ok and len(set(ids)) == len(ids)
-        except (AttributeError, TypeError):
-            ok = False
-        if not ok:
-            raise self._destroy_refusal(ids)
-        if self._wait_first:  # a sync id's own channel: its destroy() closes the channel too
-            return [cm_id.destroy() for cm_id in ids]
-        out: List[int] = []
-        try:
-            for cm_id in ids:
-                out.append(destroy_one(cm_id, False))
-        finally:
-            if out and self._watchers:
-                self._ended([cm_id.uid for cm_id in ids[: len(out)]], "destroyed")
-            unacked = [cm_id for cm_id in ids[: len(out)] if cm_id._unacked]
-            if unacked:
-                warnings.warn(self._unacked_warning(unacked), stacklevel=2)
-        return out
-
-    @staticmethod
-    def _unacked_warning(ids: List[CmId], one: bool = False) -> UnackedEventsWarning:
-        """The warning of destroy() (``one``) or destroy_ids() for ids with events not acked."""
-        if one:
-            return UnackedEventsWarning(
-                "id uid %d destroyed with %d event(s) not acked (harmless here; librdmacm would block)"
-                % (ids[0].uid, ids[0]._unacked))
-        return UnackedEventsWarning(
-            "%d id(s) destroyed with %d event(s) not acked, uid %s (harmless here; librdmacm "
-            "would block)" % (len(ids), sum(i._unacked for i in ids),
-                              ", ".join(str(i.uid) for i in ids[:8]) + (" ..." if len(ids) > 8 else "")))
-
-
-_TRANSPORT_CALLS = ("fileno", "write", "close", "identify_device")
-
-
-def _check_transport(t: Any) -> None:
-    missing = [name for name in _TRANSPORT_CALLS if not callable(getattr(t, name, None))]
-    if not hasattr(t, "legacy"):
-        missing.append("legacy")
-    if missing:
-        raise UsageError("%r is no rdma_cm transport: it lacks %s (see pyrdmacm._device.Transport; "
-                         "pyrdmacm.testing.FakeKernel is one)" % (t, ", ".join(missing)))
-
-
-def _fd_closed_behind() -> StateError:
-    return StateError(
-        "the event channel's fd was closed behind its back (EBADF: os.close() on its fileno()?); "
-        "close channels with close(), and open a new EventChannel"
-    )
-
-
-def _answer_dreq(cm_id: CmId) -> None:
-    """DISCONNECTED came (the peer's DREQ, or the DREP of ours): send DISCONNECT, which answers
-    a DREQ with the DREP (so the peer's disconnect completes, and both ends reach timewait when
-    two DREQs crossed) and does nothing otherwise.  Written on the id's own channel: an id
-    migrated after the reader took the event is on another fd now.  If MIGRATE_ID is moving
-    the id right now, the write is refused on the old fd; migrate() then sends it on the new
-    one (whichever of the two takes the pending answer first sends it, once)."""
-    data = _DISCONNECT(cm_id.handle)
-    ch = cm_id.channel
-    try:
-        ch._write(data)
-        return
-    except OSError:
-        if cm_id.channel is ch:  # refused where the id still is: the connection is gone either way
-            pending = cm_id._drep = [True]
-            if cm_id.channel is ch:
-                return  # a migrate() in flight finds it (see CmId.migrate)
-            try:
-                pending.pop()
-            except IndexError:
-                return  # migrate() took it
-    try:  # moved meanwhile: on its new channel
-        cm_id.channel._write(data)
-    except OSError:
-        pass
+        return destroy_many(self, CmId, list(ids))

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, TypeVar, Uni
 
 from . import _process, abi, wire
 from ._connections import Connections
-from ._lifecycle import create, destroy_one
+from ._lifecycle import create, destroy_one, unacked_warning
 from .membership import Membership
 from ._queries import Queries
 from ._params import (OPTIONS, check_int, port_space)
@@ -50,7 +50,8 @@ from ._device import ReplyBuffer
 from .addr import Address, AddressLike, parse_address
 from .errors import EventError, KernelError, StateError, UsageError
 from .events import Event
-from .state import OUTCOMES, Call, Kind, State, rules_for
+from ._router import TAKES, Waiter
+from .state import Call, Kind, State, rules_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from .records import QpAttr
@@ -95,7 +96,6 @@ class CmId(Connections, Queries):
         "_dst",
         "_context",
         "_mcs",
-        "_drep",
         "__weakref__",
     )
 
@@ -104,8 +104,6 @@ class CmId(Connections, Queries):
     uid: int
     _dst: Optional[Address]
     _mcs: Dict[int, "Membership"]
-    #: a DREP the old channel's reader could not send during migrate() (see channel._answer_dreq)
-    _drep: List[bool]
 
     def __init__(
         self,
@@ -220,17 +218,20 @@ class CmId(Connections, Queries):
                   **ctx: Any) -> Event:
         """Sync mode: wait for this id's outcome event (:data:`~pyrdmacm.state.OUTCOMES`), or
         that of its multicast ``membership``; raise on a failure event."""
-        outcome = OUTCOMES[(self.kind, call)]
-        while True:
-            ev = self.channel.get_event(None)
-            if ev is None or ev.event not in outcome.events:
-                continue
-            if (ev.membership is not membership) if membership is not None else (ev.id is not self):
-                continue
-            ev.ack()
-            if ev.event in outcome.failed or ev.status:
-                raise EventError(ev, command, netdev=None, **ctx)
-            return ev
+        ch = self.channel
+        uid = self.uid if membership is None else membership.uid
+        waiter = ch.expect(uid, Waiter(TAKES[(self.kind, call)]))
+        try:
+            ch.wait(waiter)
+        finally:
+            if not waiter.done:  # interrupted (a signal's handler raised): its event goes to get_event
+                ch.forget(uid, waiter)
+        if waiter.error is not None:
+            raise waiter.error
+        ev: Event = waiter.event
+        if not waiter.ok or ev.status:
+            raise EventError(ev, command, netdev=None, **ctx)
+        return ev
 
     # -- commands
     def bind_addr(self, addr: AddressLike) -> None:
@@ -474,10 +475,9 @@ class CmId(Connections, Queries):
         for m in mcs:
             old._mcs.pop(m.uid, None)
         self.channel = channel
-        if old._watchers:
-            old._ended([self.uid] + [m.uid for m in mcs], "migrated")
+        old._ended([self.uid] + [m.uid for m in mcs], "migrated")
         # the old channel's reader answered a DISCONNECTED of this id while MIGRATE_ID moved it,
-        # and the kernel refused that DREP on the old fd: send it here (channel._answer_dreq)
+        # and the kernel refused that DREP on the old fd: send it here (Connections._answer_dreq)
         pending = getattr(self, "_drep", None)
         if pending:
             try:
@@ -524,7 +524,7 @@ class CmId(Connections, Queries):
             ch._check()
         reported = destroy_one(self)
         if self._unacked:
-            warnings.warn(ch._unacked_warning([self], True), stacklevel=2)
+            warnings.warn(unacked_warning([self], True), stacklevel=2)
         if ch._wait_first and self.sync and not ch._ids:  # a sync id's channel is its own: closed with
             ch.close()  # its last id (a sync listener's rejected request must not close the listener's)
         return reported

@@ -49,6 +49,7 @@ class Membership:
         ch.submit(_CMD["LEAVE_MCAST"].encode(reply.address, self.handle, 0), "LEAVE_MCAST", dst=self.addr)
         cm._mcs.pop(self.uid, None)
         ch._mcs.pop(self.uid, None)
+        ch._ended([self.uid], "left")
         reported: int = reply.u32[0]
         return reported
 

@@ -397,6 +397,8 @@ OUTCOMES: Mapping[Tuple[Kind, Call], Outcome] = {
     (K.CONNECTED, C.ACCEPT): _o([E.ESTABLISHED], _CONNECT_FAILED),
     (K.CONNECTED, C.NOTIFY): _o([E.ESTABLISHED], [E.DEVICE_REMOVAL]),
     (K.CONNECTED, C.DISCONNECT): _o([E.DISCONNECTED], [E.DEVICE_REMOVAL]),
+    # a listener's next connection request (rdma_get_request); its device going away ends it
+    **{(k, C.GET_REQUEST): _o([E.CONNECT_REQUEST], [E.DEVICE_REMOVAL]) for k in Kind},
     (K.DATAGRAM, C.JOIN_MULTICAST): _o([E.MULTICAST_JOIN], [E.MULTICAST_ERROR, E.DEVICE_REMOVAL]),
 }
 

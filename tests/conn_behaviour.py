@@ -562,15 +562,15 @@ def _held_dispatch(ch: EventChannel, event: E) -> tuple:
     """Make ``ch``'s reader stop after it read an ``event`` (between GET_EVENT and handing the
     event out), until released: (read: set when it stopped there, go: release it)."""
     read, go = threading.Event(), threading.Event()
-    real = ch._dispatch_effects  # where a request, and the peer's DISCONNECTED, are handed out
+    real = ch._dispatch  # where a request, and the peer's DISCONNECTED, are handed out
 
-    def held(uid: int, handle: int, ev: Any, *args: Any) -> Any:
-        if ev is event and not read.is_set():
+    def held(uid: int, handle: int, number: int, *args: Any) -> Any:
+        if number == event and not read.is_set():
             read.set()
             assert go.wait(20)
-        return real(uid, handle, ev, *args)
+        return real(uid, handle, number, *args)
 
-    ch._dispatch_effects = held  # type: ignore[method-assign]
+    ch._dispatch = held  # type: ignore[method-assign]
     return read, go
 
 

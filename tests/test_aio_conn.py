@@ -15,6 +15,8 @@ import pytest
 from pyrdmacm import CmId, EventChannel, EventError, PortSpace, State, StateError, UsageError
 from pyrdmacm.abi import CmEventType as E
 from pyrdmacm.aio import AsyncChannel
+
+from aio_behaviour import pending_waits
 from pyrdmacm.events import ConnParam, UdParam
 from pyrdmacm.testing import FakeFabric
 
@@ -39,7 +41,7 @@ async def until(cond: Callable[[], bool], timeout: float = PROMPT) -> bool:
 
 def empty(ach: AsyncChannel) -> bool:
     """Nothing waits and nothing is queued: no waiter, event or iterator left behind."""
-    return not ach._waiters and not ach._queue and not ach._queue_waiters and not ach._requests
+    return not pending_waits(ach) and not ach._queue and not ach._queue_waiters and not ach._requests
 
 
 # --------------------------------------------------------------------------- the program

@@ -10,8 +10,9 @@ import pytest
 
 from pyrdmacm import CmEventType as E
 from pyrdmacm import Call, CmId, EventChannel, EventError, KernelError, PortSpace, State, StateError, UsageError
-from pyrdmacm import aio
 from pyrdmacm.aio import AsyncChannel
+
+from aio_behaviour import pending_waits
 from pyrdmacm.testing import FakeKernel, FakeNet
 
 PEER, SILENT, NO_ROUTE = "10.0.0.2", "10.0.0.99", "192.0.2.1"
@@ -40,7 +41,7 @@ def test_many_resolves_every_id_and_keeps_their_order():
             assert [e.id for e in evs] == ids[::-1] and {e.event for e in evs} == {E.ROUTE_RESOLVED}
             assert all(i._unacked == 0 for i in ids)  # the adapter acked them
             assert await ach.resolve_addr_many([], PEER) == []
-            assert not ach._waiters
+            assert not pending_waits(ach)
 
     run(main())
 
@@ -53,7 +54,7 @@ def test_many_raises_the_first_failure_event_or_returns_it():
                 await ach.resolve_addr_many(ids, SILENT, timeout_ms=50)
             assert exc.value.errno == errno.ETIMEDOUT and str(exc.value.dst.ip) == SILENT
             await settle()  # the other two events reach the failed batch, which acks them
-            assert all(i._unacked == 0 for i in ids) and not ach._waiters and not ach._queue
+            assert all(i._unacked == 0 for i in ids) and not pending_waits(ach) and not ach._queue
             ids = [CmId(ach.channel) for _ in range(3)]
             evs = await ach.resolve_addr_many(ids, SILENT, timeout_ms=50, raise_on_error=False)
             assert {e.event for e in evs} == {E.ADDR_ERROR}
@@ -73,7 +74,7 @@ def test_a_refusal_is_set_on_the_future_and_the_batch_stops_there():
             with pytest.raises(KernelError) as exc:
                 await ach.resolve_addr_many([first, second], NO_ROUTE)
             assert "no id was called" in exc.value.__notes__[0]
-            assert first.state is State.IDLE and second.state is State.IDLE and not ach._waiters
+            assert first.state is State.IDLE and second.state is State.IDLE and not pending_waits(ach)
 
     run(main())
 
@@ -139,7 +140,7 @@ def test_a_batch_over_an_id_with_a_call_pending():
             assert (await pending).event is E.ADDR_RESOLVED and x.state is State.ADDR_RESOLVED
             await settle()  # y's ROUTE_RESOLVED reaches the failed batch, which acks it
             assert y.state is State.ROUTE_RESOLVED and y._unacked == 0 and not ach._queue
-            assert not ach._waiters
+            assert not pending_waits(ach)
             evs = await ach.resolve_route_many([x])
             assert evs[0].event is E.ROUTE_RESOLVED
 
@@ -157,10 +158,10 @@ def test_several_calls_pending_on_one_id_each_get_their_own_outcome():
             first = ach.start_resolve_addr(cm, SILENT, timeout_ms=300, raise_on_error=False)
             # a second waiter for the same outcome, with a call that does nothing
             second = ach.outcome_of(cm, Call.RESOLVE_ADDR, lambda: None, raise_on_error=False)
-            assert isinstance(ach._waiters[cm.uid], list)
+            assert isinstance(ach.channel._waits[cm.uid], list)
             kernel.inject_event(cm.handle, E.ADDR_RESOLVED)
             assert (await first).event is E.ADDR_RESOLVED
-            assert (await second).event is E.ADDR_ERROR and cm._unacked == 0 and not ach._waiters
+            assert (await second).event is E.ADDR_ERROR and cm._unacked == 0 and not pending_waits(ach)
 
     run(main())
 
@@ -176,7 +177,7 @@ def test_a_cancelled_batch_acks_and_drops_its_events():
                     break
                 await asyncio.sleep(0.01)
             await settle()
-            assert all(i._unacked == 0 for i in ids) and not ach._waiters and not ach._queue
+            assert all(i._unacked == 0 for i in ids) and not pending_waits(ach) and not ach._queue
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
                 ach.channel.destroy_ids(ids)
@@ -212,7 +213,7 @@ def test_a_failing_reader_fails_the_waiters_and_reading_resumes():
             ch.get_events = busy  # type: ignore[method-assign]
             with pytest.raises(StateError, match="another thread is already reading"):
                 await ach.resolve_addr(cm, PEER)
-            assert ach._loop is None and not ach._waiters
+            assert ach._loop is None and not pending_waits(ach)
             del ch.get_events
             # its ADDR_RESOLVED was left queued in the kernel: the restarted reader gives it out
             ev = await ach.get_event()
@@ -250,27 +251,34 @@ def test_misuses_are_named():
         AsyncChannel("fd 3")  # type: ignore[arg-type]
 
 
-def test_the_batch_call_loop_spreads_any_arguments():
-    """outcomes_of calls fn(cm_id, *args, **kwargs) for each id with a loop written for the
-    shape of the arguments; odd keyword names fall back to the general loop."""
-    got = []
-    ids = [1, 2]
+def test_the_batch_calls_spread_any_arguments():
+    """outcomes_of calls fn(cm_id, *args, **kwargs) for each id, whatever the keyword names; a
+    refusal part-way stops the calls there and is set on the future."""
+    got: list = []
 
-    def fn(cm_id, *args, **kwargs):
-        got.append((cm_id, args, kwargs))
+    async def main():
+        async with AsyncChannel(channel()) as ach:
+            ids = [CmId(ach.channel) for _ in range(3)]
 
-    for args, kwargs in (((), {}), (("a",), {"x": 1}), (("a", "b"), {}), ((), {"not an identifier": 1}),
-                         ((), {"class": 2})):
-        got.clear()
-        assert aio._run_for(len(args), tuple(kwargs))(fn, ids, args, kwargs) == (-1, None)
-        assert got == [(i, args, kwargs) for i in ids]
+            def fn(cm_id, *args, **kwargs):
+                got.append((cm_id, args, kwargs))
 
-    def refuse(cm_id, a):
-        if cm_id == 2:
-            raise KeyError(a)
+            def refuse(cm_id, a):
+                got.append(cm_id)
+                if cm_id is ids[1]:
+                    raise KeyError(a)
 
-    k, exc = aio._run_for(1, ())(refuse, [1, 2, 3], ("x",), {})
-    assert k == 1 and isinstance(exc, KeyError)
+            for args, kwargs in (((), {}), (("a",), {"x": 1}), (("a", "b"), {}), ((), {"not an identifier": 1}),
+                                 ((), {"class": 2})):
+                got.clear()
+                ach.outcomes_of(ids, Call.RESOLVE_ADDR, fn, *args, **kwargs).cancel()
+                assert got == [(i, args, kwargs) for i in ids]
+            got.clear()
+            with pytest.raises(KeyError):
+                await ach.outcomes_of(ids, Call.RESOLVE_ADDR, refuse, "x")
+            assert got == ids[:2]
+
+    run(main())
 
 
 def test_an_adapter_moves_to_a_new_loop_when_its_loop_is_gone():

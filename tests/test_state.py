@@ -160,6 +160,8 @@ def test_every_outcome_event_moves_the_id_on_from_where_its_call_left_it():
                 moved = after_event(kind, left, ev)
                 if call in (C.SET_IB_PATH, C.DISCONNECT):  # the call itself moved the id; its event confirms it
                     assert moved is left
+                elif call is C.GET_REQUEST:  # the request's id is a new one: the listener listens on
+                    assert moved is left is S.LISTEN
                 else:
                     assert moved is not left or ev is E.ESTABLISHED and left is S.CONNECTED, (kind, call, ev)
 

@@ -25,17 +25,15 @@ class _Waited:
         self.ev, self.ms = ev, ms
 
 
-def _next_event(ch: Any, cm: Any, events: Any, timeout_s: float, t0: float) -> _Waited:
-    """Read (and ack) events until one of ``events`` comes for ``cm``, or ``timeout_s`` passes."""
-    deadline = t0 + timeout_s
-    while True:
-        left = deadline - time.monotonic()
-        ev = ch.get_event(left) if left > 0 else None
-        if ev is None:
-            return _Waited(None, (time.monotonic() - t0) * 1000)
-        ev.ack()
-        if ev.id is cm and ev.event in events:
-            return _Waited(ev, (time.monotonic() - t0) * 1000)
+def _next_event(ch: Any, cm: Any, ok: Any, failed: Any, timeout_s: float, t0: float) -> _Waited:
+    """The next event of ``cm`` among ``ok`` and ``failed`` (acked), or None when ``timeout_s``
+    passed; other events read meanwhile are acked and dropped."""
+    from .._router import Waiter
+
+    waiter = ch.expect(cm.uid, Waiter({**dict.fromkeys(failed, False), **dict.fromkeys(ok, True)}))
+    if not ch.wait(waiter, max(0.0, t0 + timeout_s - time.monotonic()), drop=True):
+        ch.forget(cm.uid, waiter)
+    return _Waited(waiter.event, (time.monotonic() - t0) * 1000)
 
 
 _STEP_TIMEOUT_HINTS = {
@@ -74,7 +72,7 @@ def _attempt(ch: Any, seq: int, dst: Any, src: Any, ps: Any, data: bytes, timeou
             att["reason"] = {"step": name, "refused": e.command, "errno": e.errno,
                              "name": errno.errorcode.get(e.errno or 0), "message": _text(e)}
             return None
-        w = _next_event(ch, cm, ok | failed, wait_s, t)
+        w = _next_event(ch, cm, ok, failed, wait_s, t)
         steps[name] = round(w.ms, 3)
         if w.ev is None:
             key = "connect-ud" if name == "connect" and ud else name

@@ -85,26 +85,32 @@ PROGRESS_AFTER, PROGRESS_EVERY = 1.0, 0.5  # seconds
 AT_TIMEOUT = 0.9
 
 
-def _wait(ch: Any, cm: Any, what: str, peer: Any, timeout_ms: int, progress: bool) -> Any:
-    """Wait for cm's next event; with ``progress``, a line on stderr once it takes over a second.
+def _wait(ch: Any, cm: Any, call: Any, peer: Any, timeout_ms: int, progress: bool) -> Any:
+    """Wait for the outcome of cm's ``call`` (acked; other events are dropped); with
+    ``progress``, a line on stderr once it takes over a second.
 
     On a terminal the line is rewritten in place and erased at the end; elsewhere
     (``--progress`` into a file) each update is a line of its own.
     """
+    from .._router import Waiter, take_of
+
+    take = take_of(cm.kind, call)
+    what = " or ".join(e.name for e, ok in take.items() if ok)
+    waiter = ch.expect(cm.uid, Waiter(take))
     start = time.monotonic()
     deadline = start + timeout_ms / 1000.0 + 30
     tty = sys.stderr.isatty()
     shown = False
     next_at = start + PROGRESS_AFTER
     while True:
-        ev = ch.get_event(max(0.0, min(next_at, deadline) - time.monotonic()))
-        if ev is not None and ev.id is cm:
+        if ch.wait(waiter, max(0.0, min(next_at, deadline) - time.monotonic()), drop=True):
             if shown and tty:
                 sys.stderr.write("\r\033[K")
                 sys.stderr.flush()
-            return ev
+            return waiter.event
         now = time.monotonic()
         if now >= deadline:
+            ch.forget(cm.uid, waiter)
             return None
         if now >= next_at:
             next_at = now + PROGRESS_EVERY
@@ -121,6 +127,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     from .. import channel as _channel
     from ..cmid import CmId
     from ..errors import DeviceNodeError, KernelError, UsageError
+    from ..state import Call
 
     if args.strict and args.no_precheck:
         _err("--strict needs the pre-check: drop --no-precheck")
@@ -171,7 +178,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
         except UsageError as e:  # what the library refuses before the syscall
             _err(_text(e))
             return EXIT_USAGE
-        ev = _wait(ch, cm, "ADDR_RESOLVED", _addr_text(dst), timeout_ms, progress)
+        ev = _wait(ch, cm, Call.RESOLVE_ADDR, _addr_text(dst), timeout_ms, progress)
         took = (time.monotonic() - t0) * 1000
         if ev is None:
             result["kernel"] = {"event": None, "message": "no event from the kernel"}
@@ -270,12 +277,13 @@ def _at_timeout_note(took: float, timeout_ms: int, pred: Any) -> str:
 
 def _resolve_route(ch: Any, cm: Any, dst: Any, timeout_ms: int, progress: bool, result: Dict[str, Any]) -> int:
     from ..errors import KernelError
+    from ..state import Call
 
     t1 = time.monotonic()
     code = EXIT_OK
     try:
         cm.resolve_route(timeout_ms)
-        rev = _wait(ch, cm, "ROUTE_RESOLVED", _addr_text(dst), timeout_ms, progress)
+        rev = _wait(ch, cm, Call.RESOLVE_ROUTE, _addr_text(dst), timeout_ms, progress)
         route: Dict[str, Any] = {"event": rev.event.name if rev else None, "status": rev.status if rev else None,
                                  "status_name": rev.status_name if rev else None,
                                  "ms": round((time.monotonic() - t1) * 1000, 3)}

@@ -1,0 +1,145 @@
+"""The asyncio adapter's waiters: a call's outcome delivered by the channel's router
+(:mod:`pyrdmacm._router`) resolves a future (:class:`FutureWaiter`), one place of a batch's
+result (:class:`BatchWaiter`), or, for the adapter's own :class:`CloseWatch` (which takes
+no event), tells the adapter that its channel was closed.
+
+The router may end a wait from any thread (``destroy()`` in another thread): the future
+is failed in its loop's thread then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from typing import Any, Dict, List, Optional, Union
+
+from ._router import Waiter
+from .addr import parse_address
+from .errors import EventError
+from .events import Event
+from .state import Call
+
+__all__ = ["BatchWaiter", "CloseWatch", "FutureWaiter", "event_error"]
+
+
+def event_error(ev: Event, call: Union[Call, str], kwargs: Optional[Dict[str, Any]]) -> EventError:
+    """The EventError for a failure event answering ``call`` (error path only)."""
+    cm_id = ev.id
+    command = call.name if isinstance(call, Call) else call
+    if call is Call.RESOLVE_ADDR and getattr(cm_id.channel, "legacy", False):
+        command = "RESOLVE_IP"
+    src = kwargs.get("src") if kwargs else None
+    if src is not None:
+        try:
+            src = parse_address(src)
+        except Exception:
+            pass
+    return EventError(ev, command, src=src, dst=getattr(cm_id, "destination", None))
+
+
+def _set_exception(fut: "asyncio.Future[Any]", error: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(error)
+
+
+def _fail_soon(fut: "asyncio.Future[Any]", error: BaseException) -> None:
+    """Fail ``fut`` with ``error`` from any thread: at once in its loop's, else through it."""
+    if fut.done():
+        return
+    loop = fut.get_loop()
+    try:
+        here = asyncio.get_running_loop() is loop
+    except RuntimeError:
+        here = False
+    if here:
+        fut.set_exception(error)
+        return
+    try:
+        loop.call_soon_threadsafe(_set_exception, fut, error)
+    except RuntimeError:  # its loop is closed: nobody awaits the future any more
+        pass
+
+
+class FutureWaiter(Waiter):
+    """A wait whose event resolves a future (a failure sets EventError when ``raising``)."""
+
+    __slots__ = ("fut", "raising", "call", "kwargs")
+
+    def __init__(self, take: Any, fut: "asyncio.Future[Any]", raising: bool, call: Union[Call, str],
+                 kwargs: Optional[Dict[str, Any]]) -> None:
+        self.take, self.fut, self.raising, self.call, self.kwargs = take, fut, raising, call, kwargs
+        self.event = self.error = None
+
+    def deliver(self, uid: int, ev: Any, ok: bool) -> None:
+        self.event = ev
+        fut = self.fut
+        if fut.done():  # cancelled: acked, and dropped
+            return
+        if self.raising and (not ok or ev.status):
+            fut.set_exception(event_error(ev, self.call, self.kwargs))
+        else:
+            fut.set_result(ev)
+
+    def end(self, uid: int, error: BaseException) -> None:
+        self.error = error
+        _fail_soon(self.fut, error)
+
+
+class BatchWaiter(Waiter):
+    """The outcome events of many ids, in their order, behind one future: the waiter of all
+    their uids (no object per id)."""
+
+    __slots__ = ("fut", "raising", "call", "kwargs", "index", "events", "left")
+
+    def __init__(self, take: Any, fut: "asyncio.Future[List[Event]]", raising: bool, call: Call,
+                 kwargs: Dict[str, Any], index: Dict[int, int]) -> None:
+        self.take, self.fut, self.raising, self.call, self.kwargs = take, fut, raising, call, kwargs
+        self.event = self.error = None
+        #: uid -> the id's place in the batch (and in the result)
+        self.index = index
+        self.events: List[Any] = [None] * len(index)
+        self.left = len(index)
+
+    def deliver(self, uid: int, ev: Any, ok: bool) -> None:
+        self.events[self.index[uid]] = ev
+        self.left -= 1
+        fut = self.fut
+        if fut.done():  # failed already, or cancelled: the event is acked and dropped
+            return
+        if self.raising and (not ok or ev.status):
+            fut.set_exception(event_error(ev, self.call, self.kwargs))
+        elif not self.left:
+            self.event = ev
+            fut.set_result(self.events)
+
+    def end(self, uid: int, error: BaseException) -> None:
+        self.error = error
+        _fail_soon(self.fut, error)
+
+
+class CloseWatch(Waiter):
+    """The adapter's own waiter on the channel, which takes no event: the channel ends it
+    when it is closed (from any thread) or its reader fails, and the adapter stops."""
+
+    __slots__ = ("adapter",)
+
+    def __init__(self, adapter: Any) -> None:  # an AsyncChannel (which imports this module)
+        super().__init__({})
+        self.adapter = weakref.ref(adapter)
+
+    def end(self, uid: int, error: BaseException) -> None:
+        adapter = self.adapter()
+        loop = adapter._loop if adapter is not None else None
+        if adapter is None or loop is None or not adapter.channel.closed:
+            return  # not a close: the adapter's own _shutdown ended it
+        try:
+            here = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            here = False
+        if here:
+            adapter._shutdown("by EventChannel.close()")
+        else:
+            try:
+                loop.call_soon_threadsafe(adapter._shutdown, "by EventChannel.close()")
+            except RuntimeError:  # that loop is closed
+                pass

@@ -11,7 +11,7 @@ general path of a call (``_call``) is CmId's.
 from __future__ import annotations
 
 import errno
-from typing import TYPE_CHECKING, Any, List, Optional, Union
+from typing import TYPE_CHECKING, Any, List, Optional, TypeVar, Union
 
 from . import abi, wire
 from ._params import check_int, conn_param, private_data_for
@@ -22,10 +22,10 @@ from .events import Event
 from .records import ConnParam
 from .state import Call, Kind, Life
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .cmid import CmId
-
 __all__ = ["Connections"]
+
+#: the id's own class (CmId), which this module, below it, does not import
+_S = TypeVar("_S", bound="Connections")
 
 E = abi.CmEventType
 _CMD = wire.COMMAND
@@ -45,7 +45,7 @@ class Connections(Life):
     handle: int
     uid: int
     _qpn: int
-    _request: Event
+    _request: Event[Any]
     #: a DREP the old channel's reader could not send during migrate() (see :meth:`_answer_dreq`)
     _drep: List[bool]
 
@@ -62,12 +62,12 @@ class Connections(Life):
 
         def _call(self, call: Call, data: bytes, command: str, **ctx: Any) -> None: ...
 
-        def _complete(self, call: Call, command: str, membership: Any = None, **ctx: Any) -> Event: ...
+        def _complete(self, call: Call, command: str, membership: Any = None, **ctx: Any) -> Event[Any]: ...
 
         def migrate(self, channel: Any) -> int: ...
 
-    def connect(self, param: Union[ConnParam, int, None] = None, private_data: Optional[bytes] = None,
-                **fields: Any) -> Optional[Event]:
+    def connect(self: _S, param: Union[ConnParam, int, None] = None, private_data: Optional[bytes] = None,
+                **fields: Any) -> Optional[Event[_S]]:
         """Connect to the resolved destination (CONNECT): ``rdma_connect``.
 
         ``param`` is a :class:`~pyrdmacm.records.ConnParam`, or its fields are given as
@@ -107,17 +107,17 @@ class Connections(Life):
 
     # -- connections: the passive side
     @property
-    def request(self) -> Optional[Event]:
+    def request(self: _S) -> Optional[Event[_S]]:
         """The CONNECT_REQUEST event that made this id (None for an id made by CREATE_ID)."""
         return getattr(self, "_request", None)
 
     @property
-    def listen_id(self) -> Optional["CmId"]:
+    def listen_id(self: _S) -> Optional[_S]:
         """The listener a connection request's id came from (None for other ids)."""
         req = self.request
         return req.listen_id if req is not None else None
 
-    def get_request(self, timeout: Optional[float] = None) -> Optional["CmId"]:
+    def get_request(self: _S, timeout: Optional[float] = None) -> Optional[_S]:
         """``rdma_get_request``: the id of the next connection request to this listener, or
         None when none came within ``timeout`` seconds (None: wait for ever).
 
@@ -136,15 +136,15 @@ class Connections(Life):
                 ch.forget(self.uid, waiter)
         if waiter.error is not None:
             raise waiter.error
-        ev: Optional[Event] = waiter.event
+        ev: Optional[Event[_S]] = waiter.event
         if ev is None:
             return None
         if not waiter.ok:
             raise EventError(ev, "LISTEN")
         return ev.id
 
-    def accept(self, param: Union[ConnParam, int, None] = None, private_data: Optional[bytes] = None,
-               **fields: Any) -> Optional[Event]:
+    def accept(self: _S, param: Union[ConnParam, int, None] = None, private_data: Optional[bytes] = None,
+               **fields: Any) -> Optional[Event[_S]]:
         """Accept a connection request (ACCEPT): ``rdma_accept``, on the id of a CONNECT_REQUEST.
 
         ``param`` as for :meth:`connect` (private data up to 196 bytes, 136 on a datagram
@@ -246,7 +246,7 @@ class Connections(Life):
         except OSError:
             pass
 
-    def _requested(self, event: Event) -> Event:
+    def _requested(self: _S, event: Event[_S]) -> Event[_S]:
         """This id is the new id of the connection request ``event`` (which it counts)."""
         self._request = event
         self._counted()

@@ -40,6 +40,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, TypeVar, Union
 
 from . import _process, abi, wire
+from ._channel import Channel
 from ._connections import Connections
 from ._lifecycle import create, destroy_one, unacked_warning
 from .membership import Membership
@@ -55,7 +56,6 @@ from .state import Call, Kind, State, rules_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from .records import QpAttr
-    from .channel import EventChannel
 
 __all__ = ["CmId", "SourceIgnoredWarning"]
 
@@ -73,8 +73,9 @@ _TCP_RC = rules_for(_PS_TCP, _QP_RC)
 _CONNECT_CALL, _ESTABLISH_CALL, _DISCONNECT_CALL = Call.CONNECT, Call.ESTABLISH, Call.DISCONNECT
 _DATAGRAM = Kind.DATAGRAM
 _REQ, _REP = ("REQ", "SIDR_REQ"), ("REP", "SIDR_REP")  # the messages of connect and accept's parameters
-#: pyrdmacm.channel.EventChannel once an id was made (channel imports this module)
-_EventChannel: Any = None
+#: the class of the last channel an id was made on (EventChannel, as a rule): the constructor's
+#: check is then one comparison
+_SEEN_CHANNEL: Any = None
 
 
 class SourceIgnoredWarning(UserWarning):
@@ -99,7 +100,7 @@ class CmId(Connections, Queries):
         "__weakref__",
     )
 
-    channel: "EventChannel"
+    channel: "Channel[CmId]"
     handle: int
     uid: int
     _dst: Optional[Address]
@@ -107,7 +108,7 @@ class CmId(Connections, Queries):
 
     def __init__(
         self,
-        channel: Optional["EventChannel"] = None,
+        channel: "Optional[Channel[CmId]]" = None,
         ps: Union[abi.PortSpace, int] = abi.PortSpace.TCP,
         *,
         qp_type: Optional[int] = None,
@@ -117,7 +118,7 @@ class CmId(Connections, Queries):
         # None unless set; ``_cache`` (the query answers, see query_addr) and ``_dst`` are
         # set on first use.  The port space, QP type and kind are the id's Rules (shared).
         rules = _TCP_RC if ps is _PS_TCP and qp_type is None else rules_for(*port_space(ps, qp_type))
-        if channel.__class__ is not _EventChannel:
+        if channel.__class__ is not _SEEN_CHANNEL:
             channel = self._own_channel(channel)
         assert channel is not None  # for the type checker: _own_channel returns one
         if channel._live != _process.PID:
@@ -126,18 +127,17 @@ class CmId(Connections, Queries):
             self._context = context
         create(self, channel, rules)
 
-    def _own_channel(self, channel: Optional["EventChannel"]) -> "EventChannel":
-        """The channel of an id made with ``channel`` other than an EventChannel itself: a
-        private one for None (sync mode), a subclass's as given, else UsageError."""
-        global _EventChannel
-        from .channel import EventChannel
-
-        _EventChannel = EventChannel  # the constructor's check, a global read from now on
+    def _own_channel(self, channel: "Optional[Channel[CmId]]") -> "Channel[CmId]":
+        """The channel of an id made with ``channel`` of another class than the last one: a
+        private one for None (sync mode), any channel as given, else UsageError."""
+        global _SEEN_CHANNEL
         if channel is None:
-            channel = EventChannel()
+            channel = Channel()
             self._sync = True
             channel._wait_first = True
-        elif not isinstance(channel, EventChannel):
+        elif isinstance(channel, Channel):
+            _SEEN_CHANNEL = channel.__class__
+        else:
             raise UsageError("channel must be an EventChannel or None, got %r" % (channel,))
         return channel
 
@@ -438,14 +438,12 @@ class CmId(Connections, Queries):
                    "INIT_QP_ATTR")
         return wire.decode_qp_attr(reply.view)
 
-    def migrate(self, channel: "EventChannel") -> int:
+    def migrate(self, channel: "Channel[CmId]") -> int:
         """``rdma_migrate_id``: move the id, its memberships and its events not read yet to
         ``channel`` (MIGRATE_ID, written on the new channel).  Returns ``events_reported``:
         how many of its events the old channel delivered.  Events already read stay with
         whoever read them."""
-        from .channel import EventChannel
-
-        if not isinstance(channel, EventChannel):
+        if not isinstance(channel, Channel):
             raise UsageError("migrate needs an EventChannel, got %r" % (channel,))
         old = self.channel
         if channel is old:
@@ -536,7 +534,7 @@ class CmId(Connections, Queries):
         if self._state is not _DESTROYED and not self.channel.closed:
             self.destroy()
 
-    def _spawn(self, channel: "EventChannel", handle: int) -> "CmId":
+    def _spawn(self, channel: "Channel[CmId]", handle: int) -> "CmId":
         """The id the kernel made for a connection request to this listener (its ``handle``,
         on ``channel``).  It has no uid yet (0): the kernel queues no event for it until
         ACCEPT gives it one, and then it is registered; until then it is not in the

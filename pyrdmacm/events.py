@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import struct
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Generic, Optional, Tuple, TypeVar, Union
 
 from . import abi
 from ._codec import CODECS
@@ -31,8 +31,17 @@ from .wire import decode_conn, decode_ud
 
 if TYPE_CHECKING:  # pragma: no cover
     from .records import UdParam
-    from .cmid import CmId
     from .membership import Membership
+
+#: the type of the ids an event names (a :class:`~pyrdmacm.CmId`: the channel says which, so
+#: that this module, below the ids, need not import them); a bare ``Event`` is an
+#: ``Event[Any]`` (the default, for the type checker only: PEP 696)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import TypeVar as _TypeVar
+
+    _Id = _TypeVar("_Id", default=Any)
+else:
+    _Id = TypeVar("_Id")
 
 __all__ = ["Event", "ConnParam", "UdParam", "decode_event_head", "EVENT_RESP_SIZE", "REJECT_HINTS", "SIDR_HINTS"]
 
@@ -109,7 +118,7 @@ EVENT_HINTS: Dict[int, str] = {
 }
 
 
-class Event:
+class Event(Generic[_Id]):
     """One CM event (immutable).  ``id`` is the :class:`~pyrdmacm.CmId` it belongs to.
 
     For ``CONNECT_REQUEST``, ``id`` is the *new* id the kernel made for the incoming
@@ -121,8 +130,8 @@ class Event:
 
     _param: Union[ConnParam, UdParam, Tuple[int, int], None]
 
-    def __init__(self, event: Union[abi.CmEventType, int], status: int, id: "CmId", handle: int,
-                 raw_param: bytes, ece: Tuple[int, int] = (0, 0), listen_id: "Optional[CmId]" = None,
+    def __init__(self, event: Union[abi.CmEventType, int], status: int, id: _Id, handle: int,
+                 raw_param: bytes, ece: Tuple[int, int] = (0, 0), listen_id: Optional[_Id] = None,
                  membership: "Optional[Membership]" = None) -> None:
         self._event, self._status, self._id, self._handle = event, status, id, handle
         self._raw, self._ece, self._listen_id, self._membership = raw_param, ece, listen_id, membership
@@ -139,7 +148,7 @@ class Event:
             """0, a negative errno, or (REJECTED, UNREACHABLE of a datagram id) the peer's reason."""
 
         @property
-        def id(self) -> "CmId":
+        def id(self) -> _Id:
             """The id it belongs to (a connection request's new id, for CONNECT_REQUEST)."""
 
         @property
@@ -155,7 +164,7 @@ class Event:
             """The peer's ECE (vendor_id, attr_mod) of a connection event."""
 
         @property
-        def listen_id(self) -> "Optional[CmId]":
+        def listen_id(self) -> Optional[_Id]:
             """CONNECT_REQUEST: the listener the request came to."""
 
         @property

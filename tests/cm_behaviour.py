@@ -235,7 +235,7 @@ def test_ps_ib_takes_a_qp_type(world: World):
 
 
 def test_sync_mode(world: World, monkeypatch):
-    import pyrdmacm.channel
+    import pyrdmacm._channel
 
     made = []
 
@@ -244,7 +244,7 @@ def test_sync_mode(world: World, monkeypatch):
         made.append(t)
         return t
 
-    monkeypatch.setattr(pyrdmacm.channel, "KernelDevice", device)
+    monkeypatch.setattr(pyrdmacm._channel, "KernelDevice", device)
     cm = CmId(None)
     ev = cm.resolve_addr(world.local, timeout_ms=1000)
     assert ev.event is E.ADDR_RESOLVED

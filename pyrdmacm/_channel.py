@@ -1,0 +1,584 @@
+"""A channel's engine: one rdma_cm fd, its registry of ids, the events read from it, and
+the waits for them.  :class:`~pyrdmacm.channel.EventChannel` (which makes ids on it) is
+this :class:`Channel` of :class:`~pyrdmacm.CmId` ids; a sync id's private channel is a
+plain ``Channel``.  This module knows the ids only by what it calls on them, so that the
+ids' module can stand below the channel's.
+
+Theory of operation
+-------------------
+A channel is one open rdma_cm fd (``rdma_create_event_channel``)
+and the registry of the event sinks on it: ``uid -> id``, the uid being what
+the kernel echoes in each event of the id (unique in the process, see
+:data:`pyrdmacm._process.next_uid`).  A connection request's id is not in the
+registry until it is accepted (the kernel queues no event for it before).
+
+Every command is one ``write()`` of the transport (the fd owner's, through
+:meth:`Channel.submit` or an id's call); commands that have a reply name one of the channel's
+:class:`~pyrdmacm._device.ReplyBuffer`\\ s, taken from a pool or under the
+channel's command lock.  Events are read by one reader at a time:
+``get_event`` tries a GET_EVENT on the non-blocking fd, and waits on the
+channel's :class:`~pyrdmacm._device.Poller` while nothing is queued; a second concurrent
+reader is refused with :class:`~pyrdmacm.errors.StateError` instead of
+interleaving.  The id an event names moves as :mod:`pyrdmacm.state` says.  An event
+that answers a pending wait (:meth:`Channel.expect`) is given to it there, acknowledged
+(:mod:`pyrdmacm._router`); ``get_event`` returns the others.
+
+Faults have defined outcomes.  ``close()`` from another thread wakes a reader
+blocked in ``get_event`` (through the channel's :class:`~pyrdmacm._device.Waker`),
+which raises StateError.  An fd closed behind the channel's back (EBADF,
+POLLNVAL) is a StateError too.  A signal during a wait runs its handler and the
+wait goes on with the time left; a handler that raises ends the wait, and the
+channel stays usable.  A forked child may not use its parent's channel (the fd,
+the ids and their events are the parent's): every call raises StateError before
+any syscall, and its ``close()`` only closes its own copies of the fds.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import time
+from collections import deque
+from typing import Any, Deque, Dict, Generic, Iterator, List, Optional, Tuple, TypeVar
+
+from . import _device, _process, abi, wire
+from ._device import KernelDevice, ReplyBuffer, Transport, Waker, timeout_seconds
+from ._router import Router, Waiter
+from .membership import Membership
+from .errors import KernelError, StateError, UsageError
+from .events import _TYPES, _UNPACK_EVENT, EVENT_RESP_SIZE, Event
+from .state import State
+
+_get_ident = threading.get_ident
+_READY = _device.READY
+
+__all__ = ["Channel"]
+
+#: the class of the ids on the channel (CmId: see pyrdmacm.channel)
+_Id = TypeVar("_Id")
+_Self = TypeVar("_Self", bound="Channel[Any]")
+
+E = abi.CmEventType
+_CONNECT_REQUEST = E.CONNECT_REQUEST
+_DISCONNECTED = E.DISCONNECTED
+_DESTROYED = State.DESTROYED
+_monotonic = time.monotonic
+_UNSET = object()  # a read's deadline before it first needs one
+NO_ECE = (0, 0)  # the ece of nearly every event, shared: one allocation less per event
+_GET_EVENT = wire.COMMAND["GET_EVENT"]
+_DISCONNECT = wire.DISCONNECT
+_NOTHING = object()
+#: what the read returns for an event it gave to a waiter (see :mod:`pyrdmacm._router`)
+_ROUTED: Any = object()
+
+
+class Channel(Generic[_Id]):
+    """One rdma_cm fd: ``fileno()`` for select/poll, ``get_event()`` to read events.
+
+    ``Channel()`` opens the kernel device; ``Channel(transport)`` uses any
+    :class:`~pyrdmacm._device.Transport` (the fake kernel of :mod:`pyrdmacm.testing`).
+    """
+
+    def __init__(self, transport: Optional[Transport] = None, *, legacy: Optional[bool] = None) -> None:
+        # the waker first: if the fds run out, nothing is left open
+        if transport is not None:
+            _device.check_transport(transport)
+        try:
+            self._waker = Waker()
+        except BaseException:
+            if transport is not None:
+                transport.close()  # the channel owns its transport: on failure too
+            raise
+        try:
+            self._t: Transport = transport if transport is not None else KernelDevice()
+        except BaseException:
+            self._waker.close()
+            raise
+        #: the one way a command reaches the kernel: the transport's write (the fd owner's)
+        self._write = self._t.write
+        #: the registry: uid -> the id its events are for
+        self._ids: Dict[int, Any] = {}
+        #: multicast memberships (their events carry the membership's own uid)
+        self._mcs: Dict[int, Membership] = {}
+        #: answer the peer's DREQ (write DISCONNECT, which sends the DREP) when DISCONNECTED
+        #: arrives on a connection this side did not disconnect: the peer's disconnect then
+        #: completes at once instead of retrying until its DREQ times out
+        self.answer_disconnect = True
+        self._cmd_lock = threading.Lock()
+        #: the one-reader rule's guard (:meth:`_hold`)
+        self._reader_slot = [True]
+        #: the thread id of a reader waiting in get_event (named in the refusal of a second one)
+        self._reader: Optional[int] = None
+        #: the waits for events of this channel's ids (:meth:`expect`): uid -> waiter
+        self._waits = Router()
+        #: events a :meth:`wait` read that nobody waited for: get_event's first
+        self._queued: Deque[Event[Any]] = deque()
+        #: ids destroyed while a reader held the guard: an event it had read already still finds
+        #: its id here (emptied when the reader lets go; see :func:`pyrdmacm._lifecycle.destroy_one`)
+        self._grave: Dict[int, Any] = {}
+        self._pid = os.getpid()
+        #: the opening process's id while the channel is open, 0 once closed: every call
+        #: checks "open, and not a forked child" with one comparison (``_live != PID``)
+        self._live = self._pid
+        #: a sync id's private channel: a read waits first (its event is rarely there yet)
+        self._wait_first = False
+        #: the last look of get_event / get_events found the queue empty (EAGAIN): their next
+        #: call waits first (a batch's EAGAIN after events does not count)
+        self._drained = False
+        self._poller: Optional[_device.Poller] = None  # made at the first wait
+        self.closed = False
+        self._create_replies: List[ReplyBuffer] = [ReplyBuffer(wire.COMMAND["CREATE_ID"].out)]
+        self._destroy_replies: List[ReplyBuffer] = [ReplyBuffer(wire.COMMAND["DESTROY_ID"].out)]
+        # every QUERY's reply fits (the kernel writes up to the command's ``out``)
+        self._r_query = ReplyBuffer(max(wire.COMMAND[name].out for name in wire.QUERY_REPLIES))
+        self._r_event = ReplyBuffer(EVENT_RESP_SIZE)
+        self._event_view = self._r_event.view
+        self._b_get_event = _GET_EVENT.encode(self._r_event.address)
+        #: (what the caller passed as dst, its Address, the command's bytes after id and
+        #: timeout_ms): many ids resolving one destination parse and pack it once
+        self._packed_dst: Tuple[Any, Any, bytes] = (_NOTHING, None, b"")
+        #: Use BIND_IP / RESOLVE_IP / QUERY_ROUTE (kernels before 3.11) instead of BIND / RESOLVE_ADDR / QUERY.
+        self.legacy = bool(self._t.legacy if legacy is None else legacy)
+
+    # -- fd
+    def fileno(self) -> int:
+        """The fd, for select/poll/epoll or an event loop's add_reader: readable when an event
+        is queued (then get_event(0) returns it)."""
+        return self._t.fileno()
+
+    def close(self) -> None:
+        """Close the fd; the kernel destroys every id still on it."""
+        if self.closed:
+            return
+        self.closed = True
+        self._live = 0
+        if os.getpid() == self._pid:
+            for cm_id in list(self._ids.values()):
+                cm_id._closed()
+            self._ids.clear()
+            for m in list(self._mcs.values()):
+                getattr(m.id, "_mcs", {}).pop(m.uid, None)
+            self._mcs.clear()
+            self._queued.clear()
+            self._waits.end_all(StateError("the channel was closed (by close()): the kernel destroyed its ids"))
+        self._waker.signal()  # wake a waiting reader: it raises "closed" (never a forked child's)
+        self._t.close()  # the fd is released now, or by the last write in flight
+        slot = self._reader_slot
+        try:
+            slot.pop()
+        except IndexError:
+            return  # the waiting reader closes the waker on its way out
+        try:
+            self._waker.close()
+        finally:
+            slot.append(True)
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            if not self.closed and os.getpid() == self._pid:
+                self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return "<%s fd=%s ids=%d%s>" % (
+            type(self).__name__, "closed" if self.closed else self._t.fileno(),
+            len(self._ids),
+            " legacy" if self.legacy else "",
+        )
+
+    # -- commands
+    def _check(self) -> None:
+        if self.closed:
+            raise StateError("the event channel is closed")
+        if _process.PID != self._pid:
+            raise StateError(
+                "this event channel was opened by process %d, and process %d is a forked child: "
+                "the fd is shared with the parent, whose ids and events it holds; open a new "
+                "EventChannel in the child" % (self._pid, os.getpid())
+            )
+
+    def submit(self, data: bytes, command: str = "command", **ctx: Any) -> None:
+        """Write one command; a refusal raises :class:`KernelError` with the real errno and
+        ``ctx`` (the addresses involved: ``src=``, ``dst=``)."""
+        try:
+            n = self._write(data)
+        except OSError as e:
+            raise self._refused(e, command, ctx) from None
+        if n != len(data):
+            raise self._short(n, data, command)
+
+    def _refused(self, e: OSError, command: str, ctx: Dict[str, Any]) -> Exception:
+        """The exception for a write the kernel refused."""
+        if self.closed:
+            return StateError("the event channel is closed")
+        if e.errno == errno.EBADF:
+            return _device.fd_closed_behind()
+        return KernelError(e.errno or errno.EIO, command, **ctx)
+
+    @staticmethod
+    def _short(n: int, data: bytes, command: str) -> Exception:
+        return KernelError(errno.ENODATA, command, hint="short write (%d of %d bytes)" % (n, len(data)))
+
+    # -- events
+    def get_event(self, timeout: Optional[float] = None) -> Optional[Event[_Id]]:
+        """The next event (GET_EVENT): ``rdma_get_cm_event``; None when none came within
+        ``timeout`` seconds (None: wait for ever; 0: only look).
+
+        The event's id has moved already (its ``state``); acknowledge it with ``event.ack()``
+        (``rdma_ack_cm_event``: destroy() warns of events left unacked).  An event that
+        answers a pending wait (:meth:`expect`) goes to that wait instead.  One reader at a
+        time: a second thread's call raises StateError.  ``close()`` from another thread
+        ends a wait with StateError; a signal's handler runs and the wait goes on."""
+        if timeout is not None and (timeout.__class__ is not int or timeout < 0):
+            timeout = timeout_seconds(timeout)
+        if self._live != _process.PID:
+            self._check()
+        self._hold()
+        try:
+            if self._queued:
+                return self._queued.popleft()
+            start = _monotonic() if self._waits and timeout else 0.0
+            ev = self._read(timeout, True)
+            while ev is _ROUTED:  # given to a waiter: the next, within the time left
+                ev = self._read(timeout and max(0.0, (start or _monotonic()) + timeout - _monotonic()), True)
+            return ev
+        finally:
+            self._let_go()
+
+    def get_events(self, max_events: int = 64, timeout: Optional[float] = 0, *, ack: bool = False) -> List[Event[_Id]]:
+        """Up to ``max_events`` queued events in one call (a GET_EVENT each), waiting ``timeout``
+        seconds for the first (0, the default: only look; None: for ever); with ``ack=True``
+        each is acknowledged as it is read.  Events that answer a pending wait go to it and
+        are not counted."""
+        if self._live != _process.PID:
+            self._check()
+        if max_events.__class__ is not int or max_events < 1:
+            raise UsageError("max_events must be an int >= 1, got %r" % (max_events,))
+        if timeout is not None and (timeout.__class__ is not int or timeout < 0):
+            timeout = timeout_seconds(timeout)
+        self._hold()
+        count = not ack
+        out: List[Event[_Id]] = []
+        try:
+            queued = self._queued
+            while queued and len(out) < max_events:
+                ev = queued.popleft()
+                if ack:
+                    ev.ack()
+                out.append(ev)
+            if not out:
+                start = _monotonic() if self._waits and timeout else 0.0
+                first = self._read(timeout, count)
+                while first is _ROUTED:
+                    first = self._read(timeout and max(0.0, (start or _monotonic()) + timeout - _monotonic()),
+                                       count)
+                if first is None:
+                    return out
+                out.append(first)
+            read = self._read
+            while len(out) < max_events:
+                more = read(0, count, True)
+                if more is None:
+                    break  # drained (a burst's end, not an empty look), or an id destroyed meanwhile
+                if more is not _ROUTED:
+                    out.append(more)
+            return out
+        finally:
+            self._let_go()
+
+    def _read(self, timeout: Optional[float], count: bool, burst: bool = False) -> Optional[Event[_Id]]:
+        """The one read of every reader, under its guard: GET_EVENT on the non-blocking fd, and
+        a wait while nothing is queued, until ``timeout`` (0: only look; None: for ever); the
+        event decoded, its id found and moved (the state module's rows), the event made, and
+        given to the wait it answers (then ``_ROUTED`` is returned: the caller reads on).
+
+        A read that follows a look which found the queue empty waits first, as does a sync
+        id's private channel (its event is almost never there right after its command), as
+        librdmacm's blocking read does, instead of a GET_EVENT that can only say EAGAIN.
+        ``count``: the event counts as not acknowledged (get_events(ack=True): it does not).
+        ``burst``: the rest of a get_events burst, which ends at the first EAGAIN, a fault or
+        an event of an id destroyed meanwhile (None; a burst's EAGAIN is no empty look)."""
+        deadline: Any = _UNSET
+        if (self._drained or self._wait_first) and timeout != 0:
+            deadline = None if timeout is None else _monotonic() + timeout
+            if not self._wait_readable(deadline):
+                return None
+            self._drained = False
+        write, data, view, ids, waits = self._write, self._b_get_event, self._event_view, self._ids, self._waits
+        while True:
+            try:
+                write(data)
+            except BlockingIOError:
+                if burst:
+                    return None
+                self._drained = True
+                if timeout == 0:
+                    return None  # only looking: nothing queued
+                if deadline is _UNSET:
+                    deadline = None if timeout is None else _monotonic() + timeout
+                if not self._wait_readable(deadline):
+                    return None
+                continue
+            except OSError as e:
+                if burst:
+                    return None  # the next call reports it
+                raise self._read_fault(e) from None
+            uid, handle, number, status, raw, vid, mod = _UNPACK_EVENT(view)
+            cm_id = ids.get(uid)
+            if cm_id is not None and not (waits and uid in waits):
+                try:
+                    ev = cm_id._on_event(number, count)
+                except KeyError:  # an event with effects, or a number the table does not know
+                    pass
+                else:
+                    return Event(ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE)
+            event = self._dispatch(uid, handle, number, status, raw, (vid, mod) if vid or mod else NO_ECE,
+                                   uid in waits)
+            if event is not None:
+                if waits and uid in waits and waits.route(uid, event):
+                    return _ROUTED  # type: ignore[no-any-return]
+                if not count:
+                    event.ack()
+                return event
+            # dropped (its id destroyed meanwhile): read the next, within the deadline
+            if burst:
+                return None
+            if timeout is not None:
+                if deadline is _UNSET:
+                    deadline = _monotonic() + timeout
+                elif _monotonic() >= deadline:
+                    return None
+
+    def _hold(self) -> None:
+        """Take the one-reader guard (a one-slot list, only tried: list.pop is atomic, and under
+        emulation a threading.Lock round trip costs as much as the GET_EVENT it guards)."""
+        try:
+            self._reader_slot.pop()
+        except IndexError:
+            raise self._busy() from None
+
+    def _let_go(self) -> None:
+        """Give the guard back.  Ids destroyed while it was held can have no event read any more
+        (the grave empties); a close meanwhile left the waker for this reader to close."""
+        if self._grave:
+            self._grave.clear()
+        if self.closed:
+            self._waker.close()
+        self._reader_slot.append(True)
+
+    def _read_fault(self, e: OSError) -> Exception:
+        """What a refused GET_EVENT means."""
+        if self.closed:
+            return StateError("the event channel was closed while waiting")
+        if e.errno == errno.EBADF:
+            return _device.fd_closed_behind()
+        return KernelError(e.errno or errno.EIO, "GET_EVENT")
+
+    def _busy(self) -> StateError:
+        reader = self._reader
+        return StateError(
+            "another thread is already reading events from this channel%s; "
+            "read events from one thread and hand them out" % (" (thread %s)" % reader if reader else "")
+        )
+
+    def _wait_readable(self, deadline: Optional[float]) -> bool:
+        """Wait until the fd is readable (True) or ``deadline`` (``time.monotonic()``; None:
+        never) has passed (False): the one wait of every reader."""
+        poller = self._poller
+        if poller is None:
+            try:
+                poller = self._poller = _device.Poller(self._t.fileno(), self._waker.fd)
+            except (ValueError, OSError, UsageError):
+                if self.closed:
+                    raise StateError("the event channel was closed while waiting") from None
+                raise
+        self._reader = _get_ident()  # named in the refusal of a second reader
+        try:
+            while True:
+                if deadline is None:
+                    wait_ms = -1
+                else:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    wait_ms = max(1, int(left * 1000 + 0.999))
+                # A signal during poll(): Python runs its handler and polls again with the time
+                # left (PEP 475); a handler that raises ends the wait with its exception, and
+                # the channel stays usable (the finally of get_event releases the reader).
+                try:
+                    got = poller.wait(wait_ms)
+                except (ValueError, OSError, UsageError):
+                    if self.closed:
+                        raise StateError("the event channel was closed while waiting") from None
+                    raise
+                if self.closed:
+                    raise StateError("the event channel was closed (by another thread) while waiting for an event")
+                if got is _READY:
+                    return True
+                if got is _device.GONE:
+                    raise _device.fd_closed_behind()
+                if got is _device.WOKEN:  # a wait ended by destroy(): the caller looks at it
+                    self._waker.drain()
+                    return True
+        finally:
+            self._reader = None
+
+    def _dispatch(self, uid: int, handle: int, number: int, status: int, raw: bytes, ece: Tuple[int, int],
+                  plain: bool) -> Optional[Event[_Id]]:
+        """The event of ``uid`` the read's own row did not take (``plain``: it did not try,
+        the event may be waited for): one that does more than move its id (a connection
+        request, the peer's DREQ), a membership's, one of an unknown type, or one of an id
+        destroyed while this reader held it (the kernel counted it in events_reported: it is
+        still the caller's).  None: dropped (a group left meanwhile)."""
+        cm_id = self._ids.get(uid)
+        if plain and cm_id is not None:
+            try:
+                plain_ev = cm_id._on_event(number, True)
+            except KeyError:
+                pass
+            else:
+                return Event(plain_ev, status, cm_id, handle, raw, ece)
+        ev = _TYPES.get(number, number)
+        membership = None
+        if cm_id is None:
+            membership = self._mcs.get(uid)
+            if membership is None:
+                cm_id = self._grave.get(uid)
+                if cm_id is None:
+                    return None  # a group left meanwhile: its events are dropped
+            else:
+                cm_id = membership.id
+        if ev is _CONNECT_REQUEST:
+            # a request read before its listener's DESTROY_ID returned is handed out too: its
+            # id is the caller's to accept, reject or destroy (else the peer waits unanswered)
+            new = cm_id._spawn(self, handle)
+            request: Event[_Id] = new._requested(Event(ev, status, new, handle, raw, ece, cm_id, None))
+            return request
+        cm_id._on_event_with_effects(ev)
+        if ev is _DISCONNECTED and self.answer_disconnect and cm_id._state is not _DESTROYED:
+            cm_id._answer_dreq()
+        return Event(ev, status, cm_id, handle, raw, ece, None, membership)
+
+    def _private(self) -> "Channel[_Id]":
+        """A new channel on the same device, for one sync id (librdmacm's private channel)."""
+        reopen = getattr(self._t, "reopen", None)
+        if reopen is None:
+            raise UsageError("this channel's transport cannot open a second fd (no reopen()): a sync id "
+                             "needs a channel of its own")
+        ch: Channel[_Id] = Channel(reopen(), legacy=self.legacy)
+        ch._wait_first = True
+        return ch
+
+    # -- waits: one way for everything that waits for the event answering a call
+    def expect(self, uid: int, waiter: Waiter) -> Waiter:
+        """Route the next event of ``uid`` (an id's, a membership's; a listener's for its
+        requests) that ``waiter`` takes to it, acknowledged, instead of to get_event: see
+        :mod:`pyrdmacm._router`.  Call it after the command (the event is read by this
+        channel's reader, which is not reading yet) or before; :meth:`wait` waits for it,
+        or the reader of an event loop delivers it.  Ends with StateError when the id is
+        destroyed or migrated away, or the channel closed."""
+        if self._live != _process.PID:
+            self._check()
+        self._waits.add(uid, waiter)
+        return waiter
+
+    def expect_many(self, uids: List[int], waiter: Waiter) -> Waiter:
+        """:meth:`expect` for many uids with one waiter (a batch: it is given one event of each)."""
+        if self._live != _process.PID:
+            self._check()
+        self._waits.add_many(uids, waiter)
+        return waiter
+
+    def end_waits(self, error: BaseException) -> None:
+        """End every pending wait with ``error`` (an event loop's reader that cannot go on)."""
+        self._waits.end_all(error)
+
+    @property
+    def waiting(self) -> int:
+        """How many uids have a wait pending (:meth:`expect`)."""
+        return len(self._waits)
+
+    def forget(self, uid: int, waiter: Waiter) -> None:
+        """Give up ``waiter`` (a wait timed out or interrupted): its event goes to get_event."""
+        self._waits.forget(uid, waiter)
+
+    def wait(self, waiter: Waiter, timeout: Optional[float] = None, *, drop: bool = False) -> bool:
+        """Read events until ``waiter`` (:meth:`expect`) is done, or ``timeout`` seconds
+        (None: for ever) have passed: its ``done``.  Other waits get their events meanwhile;
+        events nobody waits for are kept, in order, for get_event (``drop``: acked and
+        dropped instead).  The one-reader rule holds (StateError while another thread reads)."""
+        if timeout is not None:
+            timeout = timeout_seconds(timeout)
+        if self._live != _process.PID:
+            self._check()
+        self._hold()
+        try:
+            deadline = None if timeout is None else _monotonic() + timeout
+            look = not self._wait_first  # a sync id's own channel: its event is rarely there yet
+            while not waiter.done:
+                if look:
+                    ev = self._read(0, True)
+                    if ev is _ROUTED:
+                        continue
+                    if ev is not None:
+                        if drop:
+                            ev.ack()
+                        else:
+                            self._queued.append(ev)
+                        continue
+                look = True
+                if not self._wait_readable(deadline):
+                    break  # timed out (a wake-up: the loop looks whether the wait ended)
+            return waiter.done
+        finally:
+            self._let_go()
+
+    def _ended(self, uids: List[int], why: str) -> None:
+        """``uids`` stopped being this channel's (``why``: "destroyed", "migrated", "left"):
+        their waits end now, a reader blocked in :meth:`wait` is woken to see it, and events
+        of destroyed ids kept for get_event go."""
+        waits = self._waits
+        if waits and not waits.keys().isdisjoint(uids):
+            waits.end(uids, why)
+            if self._reader is not None:
+                self._waker.signal()
+        if self._queued and why != "migrated":
+            gone = set(uids)
+            self._queued = deque(ev for ev in self._queued if ev.id.uid not in gone or not ev.id.uid)
+
+    def events(self, timeout: Optional[float] = None) -> Iterator[Event[_Id]]:
+        """Iterate over events until none arrives within ``timeout``."""
+        while True:
+            ev = self.get_event(timeout)
+            if ev is None:
+                return
+            yield ev
+
+    def _register(self, cm_id: Any) -> int:
+        """Give a connection request's id (uid 0, not registered) a fresh uid and register it:
+        what ACCEPT needs (the kernel queues the id's events under the uid ACCEPT carries)."""
+        if cm_id.uid:
+            raise StateError("id uid %d is registered already" % cm_id.uid)
+        if cm_id.channel is not self:
+            raise UsageError("%r is not an id of this channel" % (cm_id,))
+        uid = cm_id.uid = _process.next_uid()
+        self._ids[uid] = cm_id
+        return uid
+
+    def _unregister(self, cm_id: Any) -> None:
+        """Undo :meth:`_register` (the ACCEPT it was for did not go through)."""
+        self._ids.pop(cm_id.uid, None)
+        cm_id.uid = 0
+
+    @property
+    def ids(self) -> List[_Id]:
+        """The ids whose events this channel reads."""
+        return list(self._ids.values())

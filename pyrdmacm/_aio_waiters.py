@@ -68,10 +68,9 @@ class FutureWaiter(Waiter):
     def __init__(self, take: Any, fut: "asyncio.Future[Any]", raising: bool, call: Union[Call, str],
                  kwargs: Optional[Dict[str, Any]]) -> None:
         self.take, self.fut, self.raising, self.call, self.kwargs = take, fut, raising, call, kwargs
-        self.event = self.error = None
+        # ``event`` and ``error`` stay unset: the future says whether it is done
 
     def deliver(self, uid: int, ev: Any, ok: bool) -> None:
-        self.event = ev
         fut = self.fut
         if fut.done():  # cancelled: acked, and dropped
             return

@@ -333,17 +333,26 @@ class Channel(Generic[_Id]):
                 raise self._read_fault(e) from None
             uid, handle, number, status, raw, vid, mod = _UNPACK_EVENT(view)
             cm_id = ids.get(uid)
-            if cm_id is not None and not (waits and uid in waits):
-                try:
-                    ev = cm_id._on_event(number, count)
+            waited = uid in waits
+            if cm_id is not None:
+                try:  # a waited event is not counted: its wait takes it, or it counts below
+                    ev = cm_id._on_event(number, count and not waited)
                 except KeyError:  # an event with effects, or a number the table does not know
                     pass
                 else:
-                    return Event(ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE)
-            event = self._dispatch(uid, handle, number, status, raw, (vid, mod) if vid or mod else NO_ECE,
-                                   uid in waits)
-            if event is not None:
-                if waits and uid in waits and waits.route(uid, event):
+                    event = Event(ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE)
+                    if not waited:
+                        return event
+                    if waits.route(uid, event):
+                        return _ROUTED  # type: ignore[no-any-return]
+                    if count:
+                        cm_id._counted()
+                    return event
+            other = self._dispatch(uid, handle, number, status, raw, (vid, mod) if vid or mod else NO_ECE)
+            if other is not None:  # counted
+                event = other
+                if waited and waits.route(uid, event):
+                    event.ack()
                     return _ROUTED  # type: ignore[no-any-return]
                 if not count:
                     event.ack()
@@ -431,21 +440,14 @@ class Channel(Generic[_Id]):
         finally:
             self._reader = None
 
-    def _dispatch(self, uid: int, handle: int, number: int, status: int, raw: bytes, ece: Tuple[int, int],
-                  plain: bool) -> Optional[Event[_Id]]:
-        """The event of ``uid`` the read's own row did not take (``plain``: it did not try,
-        the event may be waited for): one that does more than move its id (a connection
-        request, the peer's DREQ), a membership's, one of an unknown type, or one of an id
-        destroyed while this reader held it (the kernel counted it in events_reported: it is
-        still the caller's).  None: dropped (a group left meanwhile)."""
+    def _dispatch(self, uid: int, handle: int, number: int, status: int, raw: bytes,
+                  ece: Tuple[int, int]) -> Optional[Event[_Id]]:
+        """The event of ``uid`` the read's own row did not take, counted as not acknowledged:
+        one that does more than move its id (a connection request, the peer's DREQ), a
+        membership's, one of an unknown type, or one of an id destroyed while this reader
+        held it (the kernel counted it in events_reported: it is still the caller's).  None:
+        dropped (a group left meanwhile)."""
         cm_id = self._ids.get(uid)
-        if plain and cm_id is not None:
-            try:
-                plain_ev = cm_id._on_event(number, True)
-            except KeyError:
-                pass
-            else:
-                return Event(plain_ev, status, cm_id, handle, raw, ece)
         ev = _TYPES.get(number, number)
         membership = None
         if cm_id is None:
@@ -487,7 +489,9 @@ class Channel(Generic[_Id]):
         destroyed or migrated away, or the channel closed."""
         if self._live != _process.PID:
             self._check()
-        self._waits.add(uid, waiter)
+        waits = self._waits
+        if waits.setdefault(uid, waiter) is not waiter:  # another call of the id is pending
+            waits.add(uid, waiter)
         return waiter
 
     def expect_many(self, uids: List[int], waiter: Waiter) -> Waiter:

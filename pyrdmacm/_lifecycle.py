@@ -89,7 +89,7 @@ def destroy_one(cm_id: Any) -> int:
     if not ch._reader_slot:
         ch._grave[uid] = cm_id
     ch._ids.pop(uid, None)
-    mcs = getattr(cm_id, "_mcs", None)
+    mcs = getattr(cm_id, "_mcs", None) if ch._mcs else None
     if mcs:  # its groups went with it
         for m in mcs:
             ch._mcs.pop(m, None)

@@ -8,8 +8,8 @@ done with the one that comes.  A channel keeps its waiters in a :class:`Router`,
 ``uid -> waiter`` (the uid the kernel echoes in the event: an id's, or a multicast
 membership's; a listener's for its CONNECT_REQUESTs).  The channel's one read hands each
 event whose uid has a waiter to :meth:`Router.route`: if the event answers the wait it
-is acknowledged and delivered, and the reader goes on with the next; otherwise it is the
-reader's, as if nobody waited.  Sync mode (:meth:`CmId._complete`), ``get_request``,
+is delivered (and counts as acknowledged), and the reader goes on with the next;
+otherwise it is the reader's, as if nobody waited.  Sync mode (:meth:`CmId._complete`), ``get_request``,
 the asyncio adapter and the CLI all wait this way: they differ only in what their waiter
 does with the event (keep it; set a future; set one place of a batch's result).
 
@@ -44,6 +44,12 @@ def _take(ok: Iterable[Any], failed: Iterable[Any]) -> Dict[Any, bool]:
 
 #: the take of every (kind, call) with an outcome, made once
 TAKES: Dict[Tuple[Kind, Call], Dict[Any, bool]] = {key: _take(o.ok, o.failed) for key, o in OUTCOMES.items()}
+
+
+#: the take of every call whose outcome is the same for every kind of id (no kind to look up)
+TAKES_ANY_KIND: Dict[Call, Dict[Any, bool]] = {
+    call: TAKES[(Kind.CONNECTED, call)] for call in Call
+    if all(TAKES.get((kind, call)) == TAKES.get((Kind.CONNECTED, call)) is not None for kind in Kind)}
 
 
 def take_of(kind: Kind, call: Call) -> Dict[Any, bool]:
@@ -126,8 +132,9 @@ class Router(Dict[int, Any]):
                 self.add(uid, waiter)
 
     def route(self, uid: int, ev: Any) -> bool:
-        """Give ``ev`` (an event of ``uid``, counted as not acknowledged) to the waiter it
-        answers: acknowledged and delivered (True); False if no waiter of ``uid`` takes it."""
+        """Give ``ev`` (an event of ``uid``) to the waiter it answers (True); False if no
+        waiter of ``uid`` takes it.  A delivered event counts as acknowledged: the reader
+        did not count it, or acknowledges it."""
         waiter = self.pop(uid)
         if waiter.__class__ is list:
             return self._to_one_of(uid, waiter, ev)
@@ -135,7 +142,6 @@ class Router(Dict[int, Any]):
         if ok is None:
             self[uid] = waiter
             return False
-        ev.ack()
         waiter.deliver(uid, ev, ok)
         return True
 
@@ -148,7 +154,6 @@ class Router(Dict[int, Any]):
             del waiters[i]
             if waiters:
                 self[uid] = waiters[0] if len(waiters) == 1 else waiters
-            ev.ack()
             waiter.deliver(uid, ev, ok)
             return True
         self[uid] = waiters

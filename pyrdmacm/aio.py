@@ -67,7 +67,7 @@ from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple, 
 from ._aio_requests import Requests, RequestsOwner
 from ._aio_waiters import BatchWaiter, CloseWatch, FutureWaiter, event_error
 from ._device import timeout_seconds
-from ._router import TAKES, take_events, take_of
+from ._router import TAKES, TAKES_ANY_KIND, take_events, take_of
 from .abi import CmEventType
 from .channel import EventChannel
 from .cmid import CmId
@@ -326,24 +326,30 @@ class AsyncChannel(RequestsOwner):
         status) sets EventError unless ``raise_on_error`` is false.  A refusal of the call
         is set on the future.  Must be called with the loop running.
         """
-        loop, closed = self._loop_or_closed()
-        if loop is None:
-            return closed  # type: ignore[no-any-return]
+        loop = self._loop
+        if loop is None or loop.is_closed():  # None once closed; closed: asyncio.run returned
+            loop, closed = self._loop_or_closed()
+            if loop is None:
+                return closed  # type: ignore[no-any-return]
         fut: asyncio.Future[Event] = loop.create_future()
         try:
             if cm_id.channel is not self.channel:
                 raise self._not_ours("outcome_of", cm_id)
-            take = TAKES.get((cm_id.kind, call)) if call.__class__ is Call else None
+            take = TAKES_ANY_KIND.get(call) if call.__class__ is Call else None
             if take is None:
                 take = take_of(cm_id.kind, call)
             owner = getattr(fn, "__self__", cm_id)
             if owner is not cm_id and isinstance(owner, CmId):
                 raise UsageError("outcome_of: %r is a call of id uid %d, not of id uid %d: pass the id's own "
                                  "method (cm_id.%s)" % (fn, owner.uid, cm_id.uid, call))
-            fn(*args, **kwargs)
         except AttributeError:  # no CmId
             fut.set_exception(self._not_ours("outcome_of", cm_id))
             return fut
+        except UsageError as e:
+            fut.set_exception(e)
+            return fut
+        try:
+            fn(*args, **kwargs)
         except Exception as e:  # refused before or by the kernel: the future says so
             fut.set_exception(e)
             return fut

@@ -6,22 +6,19 @@ ids' module can stand below the channel's.
 
 Theory of operation
 -------------------
-A channel is one open rdma_cm fd (``rdma_create_event_channel``)
-and the registry of the event sinks on it: ``uid -> id``, the uid being what
-the kernel echoes in each event of the id (unique in the process, see
-:data:`pyrdmacm._process.next_uid`).  A connection request's id is not in the
-registry until it is accepted (the kernel queues no event for it before).
+A channel is one open rdma_cm fd (``rdma_create_event_channel``) and the registry of the
+event sinks on it: ``uid -> id``, the uid being what the kernel echoes in each event of the
+id (unique in the process: :data:`pyrdmacm._process.next_uid`).  A connection request's id
+is not in the registry until it is accepted (the kernel queues no event for it before).
 
-Every command is one ``write()`` of the transport (the fd owner's, through
-:meth:`Channel.submit` or an id's call); commands that have a reply name one of the channel's
-:class:`~pyrdmacm._device.ReplyBuffer`\\ s, taken from a pool or under the
-channel's command lock.  Events are read by one reader at a time:
-``get_event`` tries a GET_EVENT on the non-blocking fd, and waits on the
+Every command is one ``write()`` of the transport (the fd owner's); commands that have a
+reply name one of the channel's :class:`~pyrdmacm._device.ReplyBuffer` objects.  Events are
+read by one reader at a time: a GET_EVENT on the non-blocking fd, and a wait on the
 channel's :class:`~pyrdmacm._device.Poller` while nothing is queued; a second concurrent
-reader is refused with :class:`~pyrdmacm.errors.StateError` instead of
-interleaving.  The id an event names moves as :mod:`pyrdmacm.state` says.  An event
-that answers a pending wait (:meth:`Channel.expect`) is given to it there, acknowledged
-(:mod:`pyrdmacm._router`); ``get_event`` returns the others.
+reader is refused with :class:`~pyrdmacm.errors.StateError`.  The id an event names moves
+as :mod:`pyrdmacm.state` says.  An event that answers a pending wait (:meth:`Channel.expect`)
+is given to it there, and counts as acknowledged (:mod:`pyrdmacm._router`); ``get_event``
+returns the others.
 
 Faults have defined outcomes.  ``close()`` from another thread wakes a reader
 blocked in ``get_event`` (through the channel's :class:`~pyrdmacm._device.Waker`),
@@ -101,12 +98,11 @@ class Channel(Generic[_Id]):
         self._ids: Dict[int, Any] = {}
         #: multicast memberships (their events carry the membership's own uid)
         self._mcs: Dict[int, Membership] = {}
-        #: answer the peer's DREQ (write DISCONNECT, which sends the DREP) when DISCONNECTED
-        #: arrives on a connection this side did not disconnect: the peer's disconnect then
-        #: completes at once instead of retrying until its DREQ times out
+        #: answer every DISCONNECTED with DISCONNECT (the DREP of a peer's DREQ: its disconnect
+        #: completes at once instead of retrying until its DREQ times out)
         self.answer_disconnect = True
         self._cmd_lock = threading.Lock()
-        #: the one-reader rule's guard (:meth:`_hold`)
+        #: the one-reader rule's guard (see :meth:`_busy`)
         self._reader_slot = [True]
         #: the thread id of a reader waiting in get_event (named in the refusal of a second one)
         self._reader: Optional[int] = None
@@ -241,7 +237,11 @@ class Channel(Generic[_Id]):
             timeout = timeout_seconds(timeout)
         if self._live != _process.PID:
             self._check()
-        self._hold()
+        slot = self._reader_slot  # the one-reader guard, only tried (see _busy)
+        try:
+            slot.pop()
+        except IndexError:
+            raise self._busy() from None
         try:
             if self._queued:
                 return self._queued.popleft()
@@ -251,7 +251,9 @@ class Channel(Generic[_Id]):
                 ev = self._read(timeout and max(0.0, (start or _monotonic()) + timeout - _monotonic()), True)
             return ev
         finally:
-            self._let_go()
+            if self._grave or self.closed:
+                self._let_go()
+            slot.append(True)
 
     def get_events(self, max_events: int = 64, timeout: Optional[float] = 0, *, ack: bool = False) -> List[Event[_Id]]:
         """Up to ``max_events`` queued events in one call (a GET_EVENT each), waiting ``timeout``
@@ -264,7 +266,11 @@ class Channel(Generic[_Id]):
             raise UsageError("max_events must be an int >= 1, got %r" % (max_events,))
         if timeout is not None and (timeout.__class__ is not int or timeout < 0):
             timeout = timeout_seconds(timeout)
-        self._hold()
+        slot = self._reader_slot  # the one-reader guard, only tried (see _busy)
+        try:
+            slot.pop()
+        except IndexError:
+            raise self._busy() from None
         count = not ack
         out: List[Event[_Id]] = []
         try:
@@ -292,7 +298,9 @@ class Channel(Generic[_Id]):
                     out.append(more)
             return out
         finally:
-            self._let_go()
+            if self._grave or self.closed:
+                self._let_go()
+            slot.append(True)
 
     def _read(self, timeout: Optional[float], count: bool, burst: bool = False) -> Optional[Event[_Id]]:
         """The one read of every reader, under its guard: GET_EVENT on the non-blocking fd, and
@@ -366,22 +374,14 @@ class Channel(Generic[_Id]):
                 elif _monotonic() >= deadline:
                     return None
 
-    def _hold(self) -> None:
-        """Take the one-reader guard (a one-slot list, only tried: list.pop is atomic, and under
-        emulation a threading.Lock round trip costs as much as the GET_EVENT it guards)."""
-        try:
-            self._reader_slot.pop()
-        except IndexError:
-            raise self._busy() from None
-
     def _let_go(self) -> None:
-        """Give the guard back.  Ids destroyed while it was held can have no event read any more
-        (the grave empties); a close meanwhile left the waker for this reader to close."""
+        """What a reader does as it gives the guard back, when there is something to do: ids
+        destroyed while it held the guard can have no event read any more (the grave
+        empties); a close meanwhile left the waker for this reader to close."""
         if self._grave:
             self._grave.clear()
         if self.closed:
             self._waker.close()
-        self._reader_slot.append(True)
 
     def _read_fault(self, e: OSError) -> Exception:
         """What a refused GET_EVENT means."""
@@ -392,6 +392,9 @@ class Channel(Generic[_Id]):
         return KernelError(e.errno or errno.EIO, "GET_EVENT")
 
     def _busy(self) -> StateError:
+        """The refusal of a second reader.  The one-reader guard (``_reader_slot``) is a
+        one-slot list, only tried: list.pop and append are atomic, and under emulation a
+        threading.Lock round trip costs as much as the GET_EVENT it guards."""
         reader = self._reader
         return StateError(
             "another thread is already reading events from this channel%s; "
@@ -523,7 +526,11 @@ class Channel(Generic[_Id]):
             timeout = timeout_seconds(timeout)
         if self._live != _process.PID:
             self._check()
-        self._hold()
+        slot = self._reader_slot  # the one-reader guard, only tried (see _busy)
+        try:
+            slot.pop()
+        except IndexError:
+            raise self._busy() from None
         try:
             deadline = None if timeout is None else _monotonic() + timeout
             look = not self._wait_first  # a sync id's own channel: its event is rarely there yet
@@ -543,7 +550,9 @@ class Channel(Generic[_Id]):
                     break  # timed out (a wake-up: the loop looks whether the wait ended)
             return waiter.done
         finally:
-            self._let_go()
+            if self._grave or self.closed:
+                self._let_go()
+            slot.append(True)
 
     def _ended(self, uids: List[int], why: str) -> None:
         """``uids`` stopped being this channel's (``why``: "destroyed", "migrated", "left"):

@@ -12,10 +12,15 @@ from __future__ import annotations
 
 from typing import Any, Iterable, List, Optional, Union
 
-from . import abi
+from . import _process, abi
 from ._channel import Channel
-from ._lifecycle import UnackedEventsWarning, create_many, destroy_many
+from ._lifecycle import UnackedEventsWarning, create, create_many, destroy_many
 from .cmid import CmId
+from .state import rules_for
+
+_PS_TCP = abi.PortSpace.TCP
+_TCP_RC = rules_for(_PS_TCP, abi.QpType.RC)
+_new_object = object.__new__
 
 __all__ = ["EventChannel", "UnackedEventsWarning"]
 
@@ -33,6 +38,9 @@ class EventChannel(Channel[CmId]):
     ) -> CmId:
         """A new id on this channel: ``rdma_create_id(channel, &id, context, ps)``: the same id
         as ``CmId(channel, ps, ...)``."""
+        if ps is _PS_TCP and qp_type is None and context is None and self._live == _process.PID:
+            cm_id: CmId = create(_new_object(CmId), self, _TCP_RC)  # what CmId() does, without its checks
+            return cm_id
         return CmId(self, ps, qp_type=qp_type, context=context)
 
     def create_ids(

@@ -118,12 +118,12 @@ def derive(name: str, con: Struct) -> Codec:
 
 
 def layouts() -> Dict[str, Layout]:
-    """Every layout of the ABI layer (:data:`pyrdmacm.abi.LAYOUTS`), by name, in order."""
+    """Every layout of the ABI layer (:data:`pyrdmacm._structs.LAYOUTS`), by name, in order."""
     return {name: layout(name, con) for name, con in _structs.LAYOUTS.items()}
 
 
 def commands() -> Dict[str, Tuple[Optional[str], Optional[str]]]:
-    """:data:`pyrdmacm.abi.COMMANDS` by layout name: command name -> (body, reply)."""
+    """:data:`pyrdmacm._structs.COMMANDS` by layout name: command name -> (body, reply)."""
     by_con = {id(con): name for name, con in _structs.STRUCTS.items()}
 
     def name_of(con: Any) -> Optional[str]:
@@ -185,7 +185,7 @@ def render() -> str:
         out.append("    ),")
     out.append("}")
     out.append("")
-    out.append("#: command name -> (body layout, reply layout): pyrdmacm.abi.COMMANDS by layout name")
+    out.append("#: command name -> (body layout, reply layout): pyrdmacm._structs.COMMANDS by layout name")
     out.append("COMMANDS: Dict[str, Tuple[Optional[str], Optional[str]]] = {")
     for cmd, pair in commands().items():
         out.append("    %s: %s," % (_src(cmd), _src(pair)))

@@ -448,7 +448,7 @@ LAYOUTS: Dict[str, Tuple[str, Tuple[str, ...], Tuple[Tuple[int, int], ...]]] = {
     ),
 }
 
-#: command name -> (body layout, reply layout): pyrdmacm.abi.COMMANDS by layout name
+#: command name -> (body layout, reply layout): pyrdmacm._structs.COMMANDS by layout name
 COMMANDS: Dict[str, Tuple[Optional[str], Optional[str]]] = {
     "CREATE_ID": ("rdma_ucm_create_id", "rdma_ucm_create_id_resp"),
     "DESTROY_ID": ("rdma_ucm_destroy_id", "rdma_ucm_destroy_id_resp"),

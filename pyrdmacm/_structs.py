@@ -14,9 +14,8 @@ cost more than the rest of the import): ``tools/gen_layouts`` derives from these
 declarations, with :mod:`pyrdmacm._derive`, the codec data of every layout --
 struct formats, field names, big-endian fields -- into :mod:`pyrdmacm._layouts`,
 which :mod:`pyrdmacm._codec` reads.  A test derives the data again and fails when the
-generated module is stale.  :mod:`pyrdmacm.abi` re-exports every name of this module
-on first use (``abi.STRUCTS``, ``abi.rdma_ucm_create_id`` ...); the decoder
-(:mod:`pyrdmacm.decode`), the tools and the tests use construct through it.
+generated module is stale.  The decoder (:mod:`pyrdmacm.decode`), the fakes' reply sizes
+(``MIN_REPLY``), the tools and the tests import this module for its layouts.
 
 The constants and enums these declarations use are :mod:`pyrdmacm.abi`'s; the fields
 that arrive in network order despite a plain integer type are described there too.

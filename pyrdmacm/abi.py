@@ -9,11 +9,10 @@ the reply buffer, whose *address* travels inside the struct as a ``__u64
 response`` field -- the kernel ``copy_to_user()``\\ s the reply there.
 
 This module holds the constants and enums (seven of them, which nothing needs at
-import, load from :mod:`pyrdmacm._abi_later` on first use); the layouts are construct ``Struct``\\ s
-under the kernel's own names, declared in :mod:`pyrdmacm._structs` -- the single
-source of truth -- and re-exported here on first use (``abi.rdma_ucm_create_id``,
-``abi.STRUCTS``, ``abi.COMMANDS`` ...: a module ``__getattr__``), so that importing
-the constants and enums does not import construct.
+import, load from :mod:`pyrdmacm._abi_later` on first use).  The layouts are construct
+``Struct`` declarations under the kernel's own names in :mod:`pyrdmacm._structs` -- the
+single source of truth -- which stands above this module (it takes these constants), so
+that importing the constants and enums does not import construct.
 
 The hot path does not run construct (it costs 10-60 us a struct):
 ``tools/gen_layouts`` derives a flat ``struct`` format from each declaration into
@@ -30,7 +29,7 @@ Fields that arrive in network byte order despite a plain integer type:
 (the kernel copies the device's ``node_guid``, which it keeps as ``__be64``,
 into a field declared ``__aligned_u64``), and ``pkey`` in
 ``rdma_ucm_query_addr_resp`` (``cpu_to_be16`` into a ``__u16``).  They are declared ``Int64ub`` there,
-so they decode to the GUID as humans write it.  See :data:`NETWORK_ORDER_DESPITE_TYPE`.
+so they decode to the GUID as humans write it.  See ``_structs.NETWORK_ORDER_DESPITE_TYPE``.
 """
 
 from __future__ import annotations
@@ -238,24 +237,15 @@ if TYPE_CHECKING:  # the names as this module's own (explicit re-exports)
     from ._abi_later import SidrStatus as SidrStatus
 
 
-# --------------------------------------------------------------------------- the layouts, on first use
+# --------------------------------------------------------------------------- the enums loaded later
 
 
 def __getattr__(name: str) -> Any:
-    """The layouts and their tables (``STRUCTS``, ``LAYOUTS``, ``COMMANDS``, ``MIN_REPLY``
-    ...), from :mod:`pyrdmacm._structs`: imported on first use, so that the constants and
-    enums above cost no construct import (the library's runtime reads the generated
-    :mod:`pyrdmacm._layouts` instead)."""
-    if name.startswith("__") and name.endswith("__"):  # dunders (__path__, __wrapped__ ...) are never layouts
-        raise AttributeError("module %r has no attribute %r" % (__name__, name))
-    if name in _LATER:  # an enum nothing needs at import (pyrdmacm._abi_later)
+    """The enums nothing needs at import (:data:`_LATER`), from :mod:`pyrdmacm._abi_later`
+    on first use.  The layouts are :mod:`pyrdmacm._structs`' (it imports this module)."""
+    if name in _LATER:
         from . import _abi_later
 
         value = globals()[name] = getattr(_abi_later, name)  # once: the next use is a plain attribute
         return value
-    from . import _structs
-
-    try:
-        return getattr(_structs, name)
-    except AttributeError:
-        raise AttributeError("module %r has no attribute %r" % (__name__, name)) from None
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

@@ -22,7 +22,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from construct import Container, ListContainer, StreamError
 
-from . import abi
+from . import _structs, abi
 from .addr import unpack_sockaddr
 from .errors import DecodeError
 
@@ -49,8 +49,8 @@ REPLY_KINDS = {
 }
 
 _VARIABLE = {
-    "rdma_ucm_query_path_resp": ("num_paths", "path_data", abi.ib_path_rec_data),
-    "rdma_ucm_query_ib_service_resp": ("num_service_recs", "recs", abi.ib_user_service_rec),
+    "rdma_ucm_query_path_resp": ("num_paths", "path_data", _structs.ib_path_rec_data),
+    "rdma_ucm_query_ib_service_resp": ("num_service_recs", "recs", _structs.ib_user_service_rec),
 }
 
 _ENUM_FIELDS = {
@@ -121,12 +121,12 @@ def _sockaddr(v: Any) -> Optional[str]:
 
 def _rebuild_sockaddr(c: Container) -> bytes:
     if "ss_family" in c:
-        return bytes(abi.kernel_sockaddr_storage.build(c))
-    return bytes(abi.sockaddr_in6.build(c))
+        return bytes(_structs.kernel_sockaddr_storage.build(c))
+    return bytes(_structs.sockaddr_in6.build(c))
 
 
 def _parse(name: str, data: bytes, offset: int = 0) -> Tuple[Container, int]:
-    con = abi.STRUCTS[name]
+    con = _structs.STRUCTS[name]
     size = con.sizeof()
     if len(data) - offset < size:
         raise DecodeError(name, "needs %d bytes, %d left" % (size, len(data) - offset), offset + len(data) - offset)
@@ -180,11 +180,11 @@ def decode_command(data: bytes) -> Dict[str, Any]:
     except ValueError:
         raise DecodeError("rdma_ucm_cmd_hdr", "unknown command %d (0..24 exist)" % hdr.cmd, 0) from None
     out: Dict[str, Any] = {"cmd": cmd.name, "in": hdr["in"], "out": hdr.out}
-    body_struct, reply = abi.COMMANDS[cmd]
+    body_struct, reply = _structs.COMMANDS[cmd]
     if body_struct is None:
         out["body"] = data[hsize:].hex()
         return out
-    name = next(n for n, c in abi.STRUCTS.items() if c is body_struct)
+    name = next(n for n, c in _structs.STRUCTS.items() if c is body_struct)
     if hdr["in"] + hsize > len(data):
         raise DecodeError(name, "header says in=%d but only %d body bytes follow" % (hdr["in"], len(data) - hsize), hsize)
     out["struct"] = name
@@ -198,7 +198,7 @@ def decode_command(data: bytes) -> Dict[str, Any]:
 def decode_reply(kind: str, data: bytes) -> Dict[str, Any]:
     """A reply buffer, named by what produced it (see :data:`REPLY_KINDS`)."""
     key = kind.upper()
-    name = REPLY_KINDS.get(key) or (key.lower() if key.lower() in abi.STRUCTS else None)
+    name = REPLY_KINDS.get(key) or (key.lower() if key.lower() in _structs.STRUCTS else None)
     if name is None:
         raise DecodeError(kind, "unknown reply kind; use one of %s or a struct name" % ", ".join(REPLY_KINDS))
     return {"struct": name, "reply": decode_struct(name, data)}

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 A command is one ``write()`` of ``rdma_ucm_cmd_hdr`` (``cmd``, ``in`` = the
 body's size, ``out`` = the reply buffer's size) followed by the body.  For each
-command of :data:`pyrdmacm.abi.COMMANDS` (as :mod:`pyrdmacm._layouts` names its
+command of :data:`pyrdmacm._structs.COMMANDS` (as :mod:`pyrdmacm._layouts` names its
 layouts) this module has a :class:`Command`:
 its header bytes, made once, and one ``struct.Struct`` that packs header and
 body together (one call, no concatenation), derived from the body's

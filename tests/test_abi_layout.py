@@ -17,7 +17,7 @@ from typing import Dict, Tuple
 import pytest
 from construct import Array, Bytes, FormatField, Padded, Pass, Renamed, Struct, Union
 
-from pyrdmacm import abi
+from pyrdmacm import _structs, abi
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tools"))
@@ -92,7 +92,7 @@ def check_layout(layout) -> list:
     problems = []
     structs = layout["structs"]
     version = abi_probe.parse_version(layout["linux_version"])
-    for name, con in abi.STRUCTS.items():
+    for name, con in _structs.STRUCTS.items():
         if name not in structs:
             # must be newer than this header: since.json says so
             since = abi_probe_since().get("structs", {}).get(name, {}).get("since", "")
@@ -117,7 +117,7 @@ def check_layout(layout) -> list:
             elif not _covered_by_blob(dotted, ours) and not _is_padding(dotted, f, ours):
                 problems.append("%s.%s: in the header, not declared" % (name, dotted))
     for name in structs:
-        if name not in abi.STRUCTS and name not in NOT_DECLARED:
+        if name not in _structs.STRUCTS and name not in NOT_DECLARED:
             problems.append("%s: in the header, not declared" % name)
     return problems
 
@@ -203,7 +203,7 @@ def test_network_order_fields_are_big_endian_in_declarations():
     since = abi_probe_since()
     for entry in since["network_order_fields"]:
         sname, _, dotted = entry["field"].partition(".") if isinstance(entry, dict) else entry.partition(".")
-        con = abi.STRUCTS.get(sname)
+        con = _structs.STRUCTS.get(sname)
         if con is None:
             continue
         node = con
@@ -222,14 +222,14 @@ def test_network_order_fields_are_big_endian_in_declarations():
             node = node.subcon
         if isinstance(node, FormatField) and node.sizeof() > 1:
             assert node.fmtstr.startswith(">"), entry
-    for sname, field in abi.NETWORK_ORDER_DESPITE_TYPE:
-        f = construct_fields(abi.STRUCTS[sname])[field]
+    for sname, field in _structs.NETWORK_ORDER_DESPITE_TYPE:
+        f = construct_fields(_structs.STRUCTS[sname])[field]
         assert layout["structs"][sname]["fields"][field]["size"] == f[1]
 
 
 def test_sizes_used_by_librdmacm():
     """The sizes librdmacm 44 writes (abi-notes section 0) equal our declarations."""
-    s = {n: c.sizeof() for n, c in abi.STRUCTS.items()}
+    s = {n: c.sizeof() for n, c in _structs.STRUCTS.items()}
     assert s["rdma_ucm_create_id"] == 24 and s["rdma_ucm_create_id_resp"] == 4
     assert s["rdma_ucm_resolve_addr"] == 272
     assert s["rdma_ucm_event_resp"] == 336 and s["rdma_ucm_get_event"] == 8
@@ -238,7 +238,7 @@ def test_sizes_used_by_librdmacm():
     assert s["rdma_ucm_resolve_route"] == 8
     assert s["rdma_ucm_destroy_id"] == 16 and s["rdma_ucm_destroy_id_resp"] == 4
     assert s["rdma_ucm_bind"] == 136
-    assert abi.MIN_REPLY == {
+    assert _structs.MIN_REPLY == {
         "rdma_ucm_event_resp": 324,
         "rdma_ucm_query_addr_resp": 272,
         "rdma_ucm_query_route_resp": 200,

@@ -9,7 +9,7 @@ from construct import Container, ListContainer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyrdmacm import abi
+from pyrdmacm import _structs, abi
 from pyrdmacm._codec import CODECS
 from pyrdmacm._derive import derive
 from pyrdmacm.addr import Address, unpack_sockaddr
@@ -35,7 +35,7 @@ def _lookup(parsed, dotted):
 @given(data=st.data())
 def test_codec_agrees_with_construct(name, data):
     codec = CODECS[name]
-    con = abi.LAYOUTS[name]
+    con = _structs.LAYOUTS[name]
     raw = data.draw(st.binary(min_size=codec.size, max_size=codec.size))
     values = codec.unpack(raw)
     # the codec round-trips every byte
@@ -62,7 +62,7 @@ def test_codec_agrees_with_construct(name, data):
 @pytest.mark.parametrize("name", sorted(HAS_UNION))
 def test_union_blob_is_the_right_bytes(name):
     codec = CODECS[name]
-    con = abi.LAYOUTS[name]
+    con = _structs.LAYOUTS[name]
     raw = bytes(range(256)) * 2
     raw = raw[: codec.size]
     v = codec.unpack_dict(raw)
@@ -130,11 +130,11 @@ port = st.integers(0, 65535)
 def test_sockaddr_in_matches_construct(ip, port):
     a = Address(ip, port)
     raw = a.pack_sockaddr()
-    p = abi.sockaddr_in.parse(raw)
+    p = _structs.sockaddr_in.parse(raw)
     assert (p.sin_family, p.sin_port, p.sin_addr) == (abi.AF_INET, port, ip.packed)
-    assert raw == abi.sockaddr_in.build(p)
+    assert raw == _structs.sockaddr_in.build(p)
     assert unpack_sockaddr(a.pack_storage()) == a
-    assert len(a.pack_storage()) == abi.kernel_sockaddr_storage.sizeof()
+    assert len(a.pack_storage()) == _structs.kernel_sockaddr_storage.sizeof()
 
 
 @settings(max_examples=200, deadline=None)
@@ -142,7 +142,7 @@ def test_sockaddr_in_matches_construct(ip, port):
 def test_sockaddr_in6_matches_construct(ip, port, flow, scope):
     a = Address(ip, port, scope, flow)
     raw = a.pack_sockaddr()
-    p = abi.sockaddr_in6.parse(raw)
+    p = _structs.sockaddr_in6.parse(raw)
     assert (p.sin6_family, p.sin6_port, p.sin6_flowinfo, p.sin6_addr, p.sin6_scope_id) == (
         abi.AF_INET6, port, flow, ip.packed, scope)
     assert unpack_sockaddr(a.pack_storage()) == a
@@ -154,7 +154,7 @@ def test_sockaddr_in6_matches_construct(ip, port, flow, scope):
 def test_sockaddr_ib_matches_construct(gid, pkey, sid):
     a = Address.ib(gid, pkey=pkey, sid=sid)
     raw = a.pack_sockaddr()
-    p = abi.sockaddr_ib.parse(raw)
+    p = _structs.sockaddr_ib.parse(raw)
     assert (p.sib_family, p.sib_pkey, p.sib_addr, p.sib_sid) == (abi.AF_IB, pkey, gid.packed, sid)
     assert unpack_sockaddr(a.pack_storage()) == a
 

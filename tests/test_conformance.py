@@ -5,7 +5,7 @@ import errno
 
 import pytest
 
-from pyrdmacm import abi, cli, conformance
+from pyrdmacm import _structs, abi, cli, conformance
 from pyrdmacm.conformance import cases_commands, raw
 from pyrdmacm.testing import FakeFabric, FakeKernel
 from pyrdmacm.wire import COMMAND
@@ -88,9 +88,9 @@ def test_the_kernel_log_lines_that_fail_a_case():
 
 
 def test_the_short_replies_are_one_byte_below_the_abi_layers_smallest():
-    assert cases_commands.EVENT_MIN_OUT == abi.MIN_REPLY["rdma_ucm_event_resp"]
-    assert cases_commands.QUERY_ADDR_MIN_OUT == abi.MIN_REPLY["rdma_ucm_query_addr_resp"]
-    assert cases_commands.QUERY_ROUTE_MIN_OUT == abi.MIN_REPLY["rdma_ucm_query_route_resp"]
+    assert cases_commands.EVENT_MIN_OUT == _structs.MIN_REPLY["rdma_ucm_event_resp"]
+    assert cases_commands.QUERY_ADDR_MIN_OUT == _structs.MIN_REPLY["rdma_ucm_query_addr_resp"]
+    assert cases_commands.QUERY_ROUTE_MIN_OUT == _structs.MIN_REPLY["rdma_ucm_query_route_resp"]
     assert raw.REPLY_SIZE == max(c.out for c in COMMAND.values())
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from pyrdmacm import abi, decode
+from pyrdmacm import _structs, abi, decode
 from pyrdmacm.wire import COMMAND
 from pyrdmacm._codec import CODECS
 from pyrdmacm.addr import unpack_sockaddr
@@ -99,7 +99,7 @@ def test_librdmacm_bodies_round_trip_through_construct_and_the_codec(path):
     for data, _v in librdmacm_vectors(path):
         cmd = decode.decode_command(data)
         body = data[8:]
-        con = abi.STRUCTS[cmd["struct"]]
+        con = _structs.STRUCTS[cmd["struct"]]
         assert con.build(con.parse(body)) == body
         codec = CODECS[cmd["struct"]]
         assert codec.pack(*codec.unpack(body)) == body
@@ -155,7 +155,7 @@ def test_kernel_replies_decode_to_the_facts(path):
         name = decode.REPLY_KINDS[kind]
         codec = CODECS[name]
         fixed = raw[: codec.size]
-        con = abi.STRUCTS[name]
+        con = _structs.STRUCTS[name]
         assert con.build(con.parse(fixed)) == fixed
         assert codec.pack(*codec.unpack(fixed)) == fixed
         fields = codec.unpack_dict(fixed)

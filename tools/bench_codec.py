@@ -50,7 +50,7 @@ from collections import deque
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from pyrdmacm import abi  # noqa: E402
+from pyrdmacm import _structs, abi  # noqa: E402
 from pyrdmacm._codec import CODECS  # noqa: E402
 from pyrdmacm._device import KernelDevice  # noqa: E402
 
@@ -373,7 +373,7 @@ def floor_kit(dst):
     cmd = abi.UserCmCmd
 
     def header(c):  # rdma_ucm_cmd_hdr: cmd, in (body size), out (reply size)
-        body, reply = abi.COMMANDS[c]
+        body, reply = _structs.COMMANDS[c]
         return struct.pack("<IHH", int(c), body.sizeof(), reply.sizeof() if reply is not None else 0)
 
     reply = ctypes.create_string_buffer(CODECS["rdma_ucm_event_resp"].size)
@@ -578,7 +578,7 @@ def main():
     rows = []
     for name, (fmt, kind, args) in HAND.items():
         codec = CODECS[name]
-        con = abi.STRUCTS[name]
+        con = _structs.STRUCTS[name]
         raw = bytes(codec.size)
         if kind == "pack":
             hand = struct.Struct(fmt)

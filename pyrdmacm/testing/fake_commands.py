@@ -18,7 +18,7 @@ import ipaddress
 import struct
 from typing import Any, Dict, Optional, Tuple
 
-from .. import abi
+from .. import _structs, abi
 from .._codec import CODECS
 from .._device import write_to_address
 from ..addr import AF_IB, AF_INET, AF_INET6, Address
@@ -248,7 +248,7 @@ class IdCommands(KernelCore):
         ctx = self._get(f["id"])
         opt = f["option"]
         if opt in (abi.QueryOption.ADDR, abi.QueryOption.GID):
-            if size_out < abi.MIN_REPLY["rdma_ucm_query_addr_resp"]:
+            if size_out < _structs.MIN_REPLY["rdma_ucm_query_addr_resp"]:
                 raise kernel_error(errno.ENOSPC)
             raw = CODECS["rdma_ucm_query_addr_resp"].pack_dict(self._addr_reply(ctx, opt == abi.QueryOption.GID))
             write_to_address(f["response"], raw[: min(size_out, self._reply_size("rdma_ucm_query_addr_resp"))])
@@ -268,7 +268,7 @@ class IdCommands(KernelCore):
     def _cmd_query_route(self, body: bytes, size_out: int) -> None:
         f = self._struct("rdma_ucm_query", body)
         ctx = self._get(f["id"])
-        if size_out < abi.MIN_REPLY["rdma_ucm_query_route_resp"]:
+        if size_out < _structs.MIN_REPLY["rdma_ucm_query_route_resp"]:
             raise kernel_error(errno.ENOSPC)
         guid, port, pkey, index = self._device_fields(ctx.dev)
         vals: Dict[str, Any] = {"node_guid": guid, "port_num": port, "ibdev_index": index, "ib_route[0].pkey": pkey}

@@ -32,7 +32,7 @@ import time
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .. import abi, kernel_rules
+from .. import _structs, abi, kernel_rules
 from .._codec import CODECS
 from .._device import write_to_address
 from ..errors import UsageError
@@ -273,7 +273,7 @@ class KernelCore:
         return out
 
     def _reply_size(self, name: str) -> int:
-        return CODECS[name].size if self.ibdev_index else int(abi.MIN_REPLY[name])
+        return CODECS[name].size if self.ibdev_index else int(_structs.MIN_REPLY[name])
 
     def _reply(self, address: int, name: str, size_out: int, values: Dict[str, Any]) -> None:
         c = CODECS[name]
@@ -335,7 +335,7 @@ class KernelCore:
 
     def _cmd_get_event(self, body: bytes, size_out: int) -> None:
         f = self._struct("rdma_ucm_get_event", body)
-        if size_out < abi.MIN_REPLY["rdma_ucm_event_resp"]:
+        if size_out < _structs.MIN_REPLY["rdma_ucm_event_resp"]:
             raise kernel_error(errno.ENOSPC)
         if not self._events:
             raise kernel_error(errno.EAGAIN)

@@ -327,14 +327,14 @@ def nl() -> Iterable[object]:
 
 
 def test_request_bytes_golden() -> None:
-    from pyrdmacm import netlink
+    from pyrdmacm import _netlink_nldev as nldev, netlink
 
-    data = netlink.RdmaNetlink.encode(netlink.RDMA_NLDEV_CMD_GET_CHARDEV, [("ATTR_CHARDEV_TYPE", "rdma_cm")], seq=7)
+    data = netlink.RdmaNetlink.encode(nldev.RDMA_NLDEV_CMD_GET_CHARDEV, [("ATTR_CHARDEV_TYPE", "rdma_cm")], seq=7)
     assert data.hex() == (
         "1c000000" "0f14" "0100" "07000000" "00000000"  # len 28, type (5<<10)+15, NLM_F_REQUEST, seq 7
         "0c00" "4500" "72646d615f636d00"  # CHARDEV_TYPE (69) "rdma_cm\0"
     )
-    dump = netlink.RdmaNetlink.encode(netlink.RDMA_NLDEV_CMD_PORT_GET, [("ATTR_DEV_INDEX", 3)], dump=True, seq=1)
+    dump = netlink.RdmaNetlink.encode(nldev.RDMA_NLDEV_CMD_PORT_GET, [("ATTR_DEV_INDEX", 3)], dump=True, seq=1)
     assert dump.hex() == "18000000" "0514" "0103" "01000000" "00000000" "0800" "0100" "03000000"
 
 
@@ -436,17 +436,17 @@ HEADER = "/usr/include/rdma/rdma_netlink.h"
 
 @pytest.mark.skipif(not (os.path.exists(HEADER) and shutil.which("cc")), reason="needs a C compiler and " + HEADER)
 def test_nldev_numbers_match_the_uapi_header(tmp_path: Path) -> None:
-    """Every NLDEV number used by pyrdmacm.netlink, checked against the installed header."""
-    from pyrdmacm import netlink
+    """Every NLDEV number of pyrdmacm's NLDEV messages, checked against the installed header."""
+    from pyrdmacm import _netlink_nldev as nldev
 
-    names = {"RDMA_NLDEV_" + k: v for k, v in netlink.NLDEV_ATTR.items()}
+    names = {"RDMA_NLDEV_" + k: v for k, v in nldev.NLDEV_ATTR.items()}
     names.update({
-        "RDMA_NL_NLDEV": netlink.RDMA_NL_NLDEV,
-        "RDMA_NLDEV_CMD_GET": netlink.RDMA_NLDEV_CMD_GET,
-        "RDMA_NLDEV_CMD_PORT_GET": netlink.RDMA_NLDEV_CMD_PORT_GET,
-        "RDMA_NLDEV_CMD_SYS_GET": netlink.RDMA_NLDEV_CMD_SYS_GET,
-        "RDMA_NLDEV_CMD_RES_CM_ID_GET": netlink.RDMA_NLDEV_CMD_RES_CM_ID_GET,
-        "RDMA_NLDEV_CMD_GET_CHARDEV": netlink.RDMA_NLDEV_CMD_GET_CHARDEV,
+        "RDMA_NL_NLDEV": nldev.RDMA_NL_NLDEV,
+        "RDMA_NLDEV_CMD_GET": nldev.RDMA_NLDEV_CMD_GET,
+        "RDMA_NLDEV_CMD_PORT_GET": nldev.RDMA_NLDEV_CMD_PORT_GET,
+        "RDMA_NLDEV_CMD_SYS_GET": nldev.RDMA_NLDEV_CMD_SYS_GET,
+        "RDMA_NLDEV_CMD_RES_CM_ID_GET": nldev.RDMA_NLDEV_CMD_RES_CM_ID_GET,
+        "RDMA_NLDEV_CMD_GET_CHARDEV": nldev.RDMA_NLDEV_CMD_GET_CHARDEV,
     })
     src = tmp_path / "probe.c"
     src.write_text("#include <stdio.h>\n#include <rdma/rdma_netlink.h>\nint main(void){\n"

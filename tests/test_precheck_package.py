@@ -1,5 +1,5 @@
 """pyrdmacm.precheck as a package: its public names, where each step lives, and pyroute2 kept
-to pyrdmacm.netlink, loaded only when a prediction runs."""
+to the netlink modules, loaded only when a prediction runs."""
 
 from __future__ import annotations
 
@@ -42,9 +42,10 @@ def _imports(path: Path) -> set:
 
 
 def test_pyroute2_is_imported_by_netlink_only():
+    """By the NLDEV messages (pyroute2's nlmsg) and the routing queries (its IPRoute)."""
     importers = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "pyrdmacm").rglob("*.py")
                        if any(m == "pyroute2" or m.startswith("pyroute2.") for m in _imports(p)))
-    assert importers == ["pyrdmacm/netlink.py"]
+    assert importers == ["pyrdmacm/_netlink_nldev.py", "pyrdmacm/_netlink_route.py"]
 
 
 def test_importing_the_package_loads_no_netlink():
@@ -52,4 +53,4 @@ def test_importing_the_package_loads_no_netlink():
                           "print(json.dumps(sorted(sys.modules)))"],
                          cwd=str(ROOT), capture_output=True, text=True, check=True).stdout
     mods = set(json.loads(out.splitlines()[-1]))
-    assert "pyrdmacm.netlink" not in mods and not any(m.startswith("pyroute2") for m in mods)
+    assert not any(m.startswith(("pyrdmacm.netlink", "pyrdmacm._netlink", "pyroute2")) for m in mods)

@@ -24,7 +24,8 @@ from pyrdmacm._record import Record
 from pyrdmacm.errors import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULES = ["pyrdmacm.records", "pyrdmacm.addr", "pyrdmacm.precheck.model", "pyrdmacm.devices", "pyrdmacm.netlink"]
+MODULES = ["pyrdmacm.records", "pyrdmacm.addr", "pyrdmacm.precheck.model", "pyrdmacm.devices", "pyrdmacm.netlink",
+           "pyrdmacm._netlink_route"]
 #: what dataclass adds to a class body, and what a record writes out in its place
 MADE = {"__init__", "__repr__", "__eq__", "__hash__", "__setattr__", "__delattr__", "__dict__", "__weakref__",
         "__dataclass_fields__", "__dataclass_params__", "__match_args__", "_values"}

@@ -6,6 +6,7 @@ connect / establish / listen / accept / reject / notify / disconnect, UD, multic
 :mod:`pyrdmacm.records` (:class:`ConnParam`, :class:`UdParam`, :class:`QpAttr` ...), the
 enums of :mod:`pyrdmacm.abi` (:class:`CmEventType`, :class:`PortSpace`, :class:`QpType`,
 :class:`RejectReason`, :class:`SidrStatus`, :class:`QpState`, :class:`OptionId` ...),
+:class:`Waiter` (a wait for the event that answers a call: ``EventChannel.expect``),
 :func:`parse_address` / :class:`Address`, and the exceptions of :mod:`pyrdmacm.errors`.
 ``pyrdmacm.aio`` adds asyncio; ``pyrdmacm.precheck`` (which loads pyroute2) predicts
 where a resolution lands.
@@ -31,6 +32,7 @@ _EXPORTS: Dict[str, Tuple[str, ...]] = {
     "cmid": ("CmId", "SourceIgnoredWarning"),
     "membership": ("Membership",),
     "_params": ("allocate_qp_num",),
+    "_router": ("Waiter",),
     "errors": ("DecodeError", "DeviceNodeError", "EventError", "KernelError", "PrecheckError", "RdmaCmError",
                "StateError", "UsageError"),
     "events": ("Event",),
@@ -57,6 +59,7 @@ if TYPE_CHECKING:  # what type checkers see; tests/test_layouts.py checks it is 
     from .addr import Address, parse_address
     from .channel import EventChannel, UnackedEventsWarning
     from ._params import allocate_qp_num
+    from ._router import Waiter
     from .cmid import CmId, SourceIgnoredWarning
     from .membership import Membership
     from .errors import (

@@ -81,10 +81,16 @@ def take_events(events: Iterable[Any]) -> Dict[Any, bool]:
 
 
 class Waiter:
-    """One wait: the next event of one uid among ``take``'s.  Done once it was delivered
-    (``event``, ``ok``: False for a failure event) or ended (``error``: why its event can
-    no longer come).  Subclasses say what else is done then (the asyncio adapter's set a
-    future)."""
+    """A wait for the next event of one uid among ``take``'s (event -> True when it says the
+    call succeeded, False when it failed): ``Waiter.for_call(cm_id.kind, Call.RESOLVE_ADDR)``
+    or ``Waiter.for_events(CmEventType.TIMEWAIT_EXIT)``, given to
+    :meth:`EventChannel.expect <pyrdmacm._channel.Channel.expect>` and waited for with
+    :meth:`~pyrdmacm._channel.Channel.wait` (or delivered by the asyncio adapter's reader).
+
+    Done once it was delivered (``event``, acknowledged; ``ok``: False for a failure event)
+    or ended (``error``: why its event can no longer come -- the id destroyed or migrated,
+    the channel closed).  Subclasses say what else is done then (the asyncio adapter's set
+    a future)."""
 
     __slots__ = ("take", "event", "ok", "error")
 
@@ -94,8 +100,20 @@ class Waiter:
         self.ok = False
         self.error: Optional[BaseException] = None
 
+    @classmethod
+    def for_call(cls, kind: Kind, call: Call) -> "Waiter":
+        """A wait for the outcome of ``call`` on an id of ``kind`` (``cm_id.kind``), as
+        :data:`~pyrdmacm.state.OUTCOMES` says (UsageError for a call that has none)."""
+        return cls(take_of(kind, call))
+
+    @classmethod
+    def for_events(cls, *events: CmEventType) -> "Waiter":
+        """A wait for the next of ``events`` (each ok, unless it says something failed)."""
+        return cls(take_events(events))
+
     @property
     def done(self) -> bool:
+        """True once the event came (``event``) or the wait ended (``error``)."""
         return self.event is not None or self.error is not None
 
     def deliver(self, uid: int, ev: Any, ok: bool) -> None:

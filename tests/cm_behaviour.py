@@ -20,7 +20,7 @@ import pytest
 from pyrdmacm.abi import CmEventType as E
 from pyrdmacm.abi import PortSpace, QpType
 from pyrdmacm._device import KernelDevice
-from pyrdmacm import CmId, EventChannel, SourceIgnoredWarning, State, UnackedEventsWarning
+from pyrdmacm import Call, CmId, EventChannel, SourceIgnoredWarning, State, UnackedEventsWarning, Waiter
 from pyrdmacm.errors import EventError, KernelError, StateError, UsageError
 
 
@@ -959,3 +959,82 @@ def test_a_node_that_is_not_rdma_cm_is_refused_at_open(world: World, monkeypatch
         EventChannel()
     assert e.value.errno == errno.ENODEV and os.devnull in str(e.value) and "rdma_cm" in str(e.value)
     assert sorted(os.listdir("/proc/self/fd")) == before
+
+
+# --------------------------------------------------------------------------- the one way to wait
+
+
+def test_a_wait_takes_its_outcome_and_keeps_the_other_events_for_get_event(world: World):
+    """EventChannel.expect + wait on a shared channel: the event that answers the wait is
+    taken (acknowledged), another id's event read meanwhile is kept, in order, for get_event."""
+    with world.channel() as ch:
+        first, waited = CmId(ch), CmId(ch)
+        first.resolve_addr(world.local, timeout_ms=2000)
+        time.sleep(0.2)  # its ADDR_RESOLVED is queued before the waited id's
+        waited.resolve_addr(world.local, timeout_ms=2000)
+        w = ch.expect(waited.uid, Waiter.for_call(waited.kind, Call.RESOLVE_ADDR))
+        assert ch.wait(w, 5) and w.done and w.ok and w.error is None
+        assert w.event.id is waited and w.event.event is E.ADDR_RESOLVED and waited.unacked == 0
+        assert ch.waiting == 0
+        kept = ch.get_event(0)
+        assert kept is not None and kept.id is first and kept.event is E.ADDR_RESOLVED and first.unacked == 1
+        kept.ack()
+        assert ch.get_event(0) is None
+
+
+def test_a_wait_that_times_out_is_forgotten_and_its_event_goes_to_get_event(world: World):
+    with world.channel() as ch:
+        cm = CmId(ch)
+        cm.resolve_addr(world.silent, timeout_ms=300)
+        w = ch.expect(cm.uid, Waiter.for_events(E.ROUTE_RESOLVED))  # never comes: ADDR_ERROR does
+        t0 = time.monotonic()
+        assert ch.wait(w, 0.05) is False and not w.done
+        assert time.monotonic() - t0 < 1.0  # its own deadline, not the resolution's
+        ch.forget(cm.uid, w)
+        assert ch.waiting == 0
+        ev = ch.get_event(2 + world.slack)
+        assert ev is not None and ev.id is cm and ev.event is E.ADDR_ERROR and not w.done
+
+
+def test_destroy_from_another_thread_ends_a_blocked_wait_at_once(world: World):
+    """A thread blocked in wait() for an id's outcome is woken when another thread destroys
+    the id: the wait ends with StateError, not at its timeout."""
+    with world.channel() as ch:
+        cm = CmId(ch)
+        cm.resolve_addr(world.silent, timeout_ms=30000)
+        w = ch.expect(cm.uid, Waiter.for_call(cm.kind, Call.RESOLVE_ADDR))
+        got: list = []
+        reader = threading.Thread(target=lambda: got.append((ch.wait(w, 20), time.monotonic())))
+        reader.start()
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        cm.destroy()
+        reader.join(10)
+        assert not reader.is_alive() and got and got[0][0] is True
+        assert got[0][1] - t0 < 2.0
+        assert isinstance(w.error, StateError) and "destroyed before the outcome" in str(w.error)
+        assert ch.waiting == 0
+        other = CmId(ch)  # the channel reads on
+        other.resolve_addr(world.local, timeout_ms=2000)
+        ev = ch.get_event(5)
+        assert ev is not None and ev.id is other and ev.event is E.ADDR_RESOLVED
+
+
+def test_close_ends_every_wait(world: World):
+    ch = world.channel()
+    cm = CmId(ch)
+    cm.resolve_addr(world.silent, timeout_ms=30000)
+    w = ch.expect(cm.uid, Waiter.for_call(cm.kind, Call.RESOLVE_ADDR))
+    ch.close()
+    assert isinstance(w.error, StateError) and "closed" in str(w.error) and ch.waiting == 0
+    with pytest.raises(StateError, match="closed"):
+        ch.wait(w, 0)
+
+
+def test_waiter_misuse_is_named(world: World):
+    with pytest.raises(UsageError, match="bind_addr on a connected id has no outcome event"):
+        Waiter.for_call(CmId(world.channel()).kind, Call.BIND_ADDR)
+    with pytest.raises(UsageError, match="CmEventType"):
+        Waiter.for_events(9)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="the events to wait for"):
+        Waiter.for_events()

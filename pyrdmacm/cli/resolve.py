@@ -92,11 +92,10 @@ def _wait(ch: Any, cm: Any, call: Any, peer: Any, timeout_ms: int, progress: boo
     On a terminal the line is rewritten in place and erased at the end; elsewhere
     (``--progress`` into a file) each update is a line of its own.
     """
-    from .._router import Waiter, take_of
+    from .._router import Waiter
 
-    take = take_of(cm.kind, call)
-    what = " or ".join(e.name for e, ok in take.items() if ok)
-    waiter = ch.expect(cm.uid, Waiter(take))
+    waiter = ch.expect(cm.uid, Waiter.for_call(cm.kind, call))
+    what = " or ".join(e.name for e, ok in waiter.take.items() if ok)
     start = time.monotonic()
     deadline = start + timeout_ms / 1000.0 + 30
     tty = sys.stderr.isatty()

@@ -14,24 +14,19 @@ Theory of operation
 * InfiniBand GIDs: ``"gid:fe80::2:c903:0:1"`` (optionally ``pkey=0xffff``,
   ``sid=...``) or :meth:`Address.ib`.
 
-It looks up no host names: :func:`lookup_host` takes what :func:`parse_address`
-takes and host names too (``peer``, ``peer:7471``, ``[peer]:7471``), asking
-``getaddrinfo`` and taking its first answer, as rping and ``rdma_getaddrinfo``
-do; :class:`HostName` says which name gave which address.
+It looks up no host names: :func:`~pyrdmacm._addr_lookup.lookup_host` takes what
+:func:`parse_address` takes and host names too, as rping does.
 
-A zone is an interface name or an index written in ASCII decimal digits
-(``%eth0``, ``%2``); names become scope ids through ``if_nametoindex`` in the
-caller's network namespace.  Ports and GID options are numbers in ASCII
-decimal or ``0x`` hex: :func:`int` would also take other scripts' digits
-(``'\u0661'``), signs, spaces and underscores, which are refused here.  A
-link-local IPv6 address without a zone is refused here, before any system
-call: the kernel would answer EINVAL for a source and guess the wrong
-interface for a destination.
+The pieces are read by :mod:`pyrdmacm._addr_input`: a zone is an interface name
+or an index written in ASCII decimal digits (``%eth0``, ``%2``), ports and GID
+options are numbers in ASCII decimal or ``0x`` hex.  A link-local IPv6 address
+without a zone is refused here, before any system call: the kernel would answer
+EINVAL for a source and guess the wrong interface for a destination.
 
 Everything else -- a wrong type, a value out of range, a string longer than
-:data:`MAX_TEXT` -- raises :class:`~pyrdmacm.errors.UsageError` naming what
-was wrong; so do the :class:`Address` constructors, which check every field,
-so that packing never fails and no field is silently dropped (an AF_INET
+:data:`~pyrdmacm._addr_input.MAX_TEXT` -- raises :class:`~pyrdmacm.errors.UsageError`
+naming what was wrong; so do the :class:`Address` constructors, which check every
+field, so that packing never fails and no field is silently dropped (an AF_INET
 address with a scope id, an IPv6Address carrying a zone).
 
 :meth:`Address.pack_storage` gives the 128-byte ``__kernel_sockaddr_storage``
@@ -45,11 +40,24 @@ formats against the construct declarations.
 from __future__ import annotations
 
 import ipaddress
-import os
 import struct
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple, Union
 
+from ._addr_input import (
+    U16,
+    U32,
+    U64,
+    as_ascii_digits,
+    ascii_number,
+    check_int,
+    checked_text,
+    show,
+    split_host_port,
+    typed,
+    zone_index,
+    zone_name,
+)
 from ._record import Record, set_field
 from .errors import UsageError
 
@@ -73,126 +81,7 @@ _FAMILY_BE = {AF_INET: AF_INET << 8, AF_INET6: AF_INET6 << 8, AF_IB: AF_IB << 8}
 _SCOPE = struct.Struct("<I")
 _SCOPE64 = struct.Struct("<Q")
 _FAM = struct.Struct("<H")
-
-
-_U16 = 0xFFFF
-_U32 = 0xFFFFFFFF
-_U64 = 0xFFFFFFFFFFFFFFFF
 _IP_TYPES = (ipaddress.IPv4Address, ipaddress.IPv6Address)
-
-# The longest address worth reading: "[<45-char IPv6>%<15-byte ifname>]:65535" is
-# 70 characters, a GID with both options and generous spacing about 100.
-MAX_TEXT = 256
-_IFNAMSIZ = 16  # the kernel's interface names: at most 15 bytes and a NUL
-_DIGITS = frozenset("0123456789")
-_HEX = frozenset("0123456789abcdefABCDEF")
-
-
-def _show(value: Any, limit: int = 60) -> str:
-    """``repr(value)``, cut short: messages never echo 100 kB of input."""
-    if isinstance(value, str) and len(value) > limit:
-        return repr(value[:limit]) + "... (%d characters)" % len(value)
-    try:
-        text = repr(value)
-    except Exception:  # a user's object with a broken __repr__
-        text = "<%s object>" % type(value).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _typed(value: Any) -> str:
-    """``str '80'``, ``NoneType None``: a value with its type, for messages."""
-    return "%s %s" % (type(value).__name__, _show(value))
-
-
-def _check_int(what: str, value: Any, hi: int, span: str, in_hex: bool = False) -> int:
-    """``value`` as an int in 0..hi (bool refused), or a UsageError naming ``what``."""
-    if value.__class__ is not int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise UsageError("%s must be an int in %s, got %s" % (what, span, _typed(value)))
-    if not 0 <= value <= hi:
-        shown = "%d (%#x)" % (value, value) if in_hex and value > 0 else "%d" % value
-        raise UsageError("%s %s is out of range: it must be in %s" % (what, shown, span))
-    return value
-
-
-def _ascii_number(s: str) -> Optional[int]:
-    """An unsigned number written in ASCII: decimal digits, or 0x and hex digits; else None."""
-    if s[:2] in ("0x", "0X"):
-        digits, base = s[2:], 16
-        ok = _HEX
-    else:
-        digits, base = s, 10
-        ok = _DIGITS
-    if not digits or not ok.issuperset(digits):
-        return None
-    return int(digits, base)
-
-
-def _as_ascii_digits(s: str) -> Optional[str]:
-    """``'٧٤٧١'`` -> ``'7471'``: a number in some other script's digits, in ASCII; else None."""
-    if s.isdecimal():
-        return "".join(str(int(c)) for c in s)
-    return None
-
-
-def _zone_index(zone: str, original: Any) -> int:
-    """A zone (``eth0``, ``2``) as a scope id; ``original`` is what the user wrote."""
-    shown = _show(original)
-    if not zone:
-        raise UsageError(
-            "empty zone after '%%' in %s: write the interface (fe80::1%%eth0) or its index, "
-            "or drop the '%%'" % shown
-        )
-    if len(zone) > 32:
-        raise UsageError(
-            "zone %s of %s is too long: a zone is an interface name (at most %d bytes) "
-            "or an ASCII decimal index" % (_show(zone, 20), shown, _IFNAMSIZ - 1)
-        )
-    if _DIGITS.issuperset(zone):
-        index = int(zone)
-        if index > _U32:
-            raise UsageError(
-                "zone index %s of %s is out of range: an interface index is 1..4294967295 (see `ip link`)"
-                % (zone, shown)
-            )
-        return index
-    try:
-        name = os.fsencode(zone)
-    except UnicodeError:
-        name = b""
-    if not name or len(name) >= _IFNAMSIZ or zone in (".", "..") or any(c in name for c in b"\0/: \t\n\r\v\f"):
-        raise UsageError(
-            "zone %r of %s is not a valid interface name (at most %d bytes; no NUL, '/', ':', "
-            "spaces or lone surrogates): write the interface (fe80::1%%eth0) or its index"
-            % (zone, shown, _IFNAMSIZ - 1)
-        )
-    import socket  # here: socket (and selectors) cost ~3 ms at import, and most addresses have no zone
-
-    try:
-        return socket.if_nametoindex(zone)
-    except (OSError, ValueError, UnicodeError):
-        pass
-    if zone.isdigit():  # digits, but not ASCII ones: '١', '１', '²'
-        ascii_form = _as_ascii_digits(zone)
-        fix = ""
-        if ascii_form is not None:
-            fix = " in ASCII digits (%s)" % str(original).replace("%" + zone, "%" + ascii_form, 1)
-        raise UsageError(
-            "zone %r of %s is neither an interface name nor an ASCII decimal index: "
-            "write the interface (fe80::1%%eth0) or its index%s" % (zone, shown, fix)
-        )
-    raise UsageError(
-        "unknown zone %r of %s: no such network interface in this network namespace "
-        "(see `ip link`; a zone is an interface name or index, as in fe80::1%%eth0)" % (zone, shown)
-    )
-
-
-def _zone_name(index: int) -> str:
-    import socket
-
-    try:
-        return socket.if_indextoname(index)
-    except OSError:
-        return str(index)
 
 
 # (type of ip, family given) -> the family, for the checks' fast path
@@ -213,14 +102,14 @@ def _gid(gid: Any) -> ipaddress.IPv6Address:
     elif isinstance(gid, str):
         if len(gid) > 64:
             raise UsageError(
-                "%s %s is too long: a GID is 128 bits written like an IPv6 address" % (what, _show(gid, 40))
+                "%s %s is too long: a GID is 128 bits written like an IPv6 address" % (what, show(gid, 40))
             )
         try:
             g = ipaddress.IPv6Address(gid)
         except ValueError:
             raise UsageError(
                 "%s %s is not a GID: write its 128 bits like an IPv6 address, e.g. 'fe80::2:c903:0:1'"
-                % (what, _show(gid))
+                % (what, show(gid))
             ) from None
     elif isinstance(gid, bytes):
         if len(gid) != 16:
@@ -228,7 +117,7 @@ def _gid(gid: Any) -> ipaddress.IPv6Address:
         g = ipaddress.IPv6Address(gid)
     elif isinstance(gid, int) and not isinstance(gid, bool):
         if not 0 <= gid < 1 << 128:
-            raise UsageError("%s %s is out of range: a GID is 128 bits" % (what, _show(gid)))
+            raise UsageError("%s %s is out of range: a GID is 128 bits" % (what, show(gid)))
         g = ipaddress.IPv6Address(gid)
     else:
         hint = ""
@@ -236,10 +125,10 @@ def _gid(gid: Any) -> ipaddress.IPv6Address:
             hint = " (an IPv4 address's GID is its IPv4-mapped form, ::ffff:%s)" % gid
         raise UsageError(
             "%s must be an ipaddress.IPv6Address, its text, 16 bytes or an int, got %s%s"
-            % (what, _typed(gid), hint)
+            % (what, typed(gid), hint)
         )
     if g.scope_id:
-        raise UsageError("%s %s has a zone: a GID has none; drop the %%%s" % (what, _show(str(g)), g.scope_id))
+        raise UsageError("%s %s has a zone: a GID has none; drop the %%%s" % (what, show(str(g)), g.scope_id))
     return g
 
 
@@ -277,9 +166,9 @@ class Address(Record):
             fam is not None
             and port.__class__ is int and scope_id.__class__ is int and flowinfo.__class__ is int
             and pkey.__class__ is int and sid.__class__ is int and sid_mask.__class__ is int
-            and 0 <= port <= _U16 and 0 <= scope_id <= _U32 and 0 <= flowinfo <= _U32
+            and 0 <= port <= U16 and 0 <= scope_id <= U32 and 0 <= flowinfo <= U32
             and (
-                (fam == AF_IB and 0 <= pkey <= _U16 and 0 <= sid <= _U64 and 0 <= sid_mask <= _U64)
+                (fam == AF_IB and 0 <= pkey <= U16 and 0 <= sid <= U64 and 0 <= sid_mask <= U64)
                 or (not (pkey or sid or sid_mask) and (fam == AF_INET6 or not (scope_id or flowinfo)))
             )
             and (fam == AF_INET or not getattr(ip, "scope_id", None))
@@ -301,18 +190,18 @@ class Address(Record):
         if not isinstance(ip, _IP_TYPES):
             raise UsageError(
                 "Address ip must be an ipaddress.IPv4Address or IPv6Address, got %s: "
-                "use parse_address(...) for text, or ipaddress.ip_address(...)" % _typed(ip)
+                "use parse_address(...) for text, or ipaddress.ip_address(...)" % typed(ip)
             )
         if ip.version == 6 and getattr(ip, "scope_id", None):
             raise UsageError(
                 "Address ip %s carries a zone (%%%s) that the sockaddr cannot hold: give the plain "
-                "address and the zone as scope_id=, or use parse_address(%r)" % (_show(ip), ip.scope_id, str(ip))
+                "address and the zone as scope_id=, or use parse_address(%r)" % (show(ip), ip.scope_id, str(ip))
             )
         family = self.family
         if family.__class__ is not int and (isinstance(family, bool) or not isinstance(family, int)):
             raise UsageError(
                 "Address family must be an int (AF_INET, AF_INET6 or AF_IB; 0 to take it from ip), got %s"
-                % _typed(family)
+                % typed(family)
             )
         if family not in _FAMILY_BE:
             if family:
@@ -322,9 +211,9 @@ class Address(Record):
                 )
             family = AF_INET if ip.version == 4 else AF_INET6
             set_field(self, "family", family)
-        _check_int("Address port", self.port, _U16, "0..65535")
-        _check_int("Address scope_id", self.scope_id, _U32, "0..4294967295 (an interface index)")
-        _check_int("Address flowinfo", self.flowinfo, _U32, "0..0xffffffff")
+        check_int("Address port", self.port, U16, "0..65535")
+        check_int("Address scope_id", self.scope_id, U32, "0..4294967295 (an interface index)")
+        check_int("Address flowinfo", self.flowinfo, U32, "0..0xffffffff")
         if family == AF_INET:
             if ip.version != 4:
                 raise UsageError("AF_INET address must be IPv4, got %s: use AF_INET6 (or family 0)" % ip)
@@ -338,9 +227,9 @@ class Address(Record):
                 "AF_INET6/AF_IB address must be 128 bits, got %s: use AF_INET for IPv4, or the "
                 "IPv4-mapped address ::ffff:%s" % (ip, ip)
             )
-        _check_int("Address pkey", self.pkey, _U16, "0..0xffff (16 bits)", in_hex=True)
-        _check_int("Address sid", self.sid, _U64, "0..2**64-1 (64 bits)", in_hex=True)
-        _check_int("Address sid_mask", self.sid_mask, _U64, "0..2**64-1 (64 bits)", in_hex=True)
+        check_int("Address pkey", self.pkey, U16, "0..0xffff (16 bits)", in_hex=True)
+        check_int("Address sid", self.sid, U64, "0..2**64-1 (64 bits)", in_hex=True)
+        check_int("Address sid_mask", self.sid_mask, U64, "0..2**64-1 (64 bits)", in_hex=True)
         if family != AF_IB and (self.pkey or self.sid or self.sid_mask):
             raise UsageError(
                 "Address %s: pkey, sid and sid_mask belong to AF_IB addresses only (got %#x, %#x, %#x): "
@@ -357,12 +246,12 @@ class Address(Record):
         ``sid`` is given.
         """
         g = _gid(gid)
-        _check_int("Address.ib sid", sid, _U64, "0..2**64-1 (64 bits)", in_hex=True)
+        check_int("Address.ib sid", sid, U64, "0..2**64-1 (64 bits)", in_hex=True)
         if sid_mask is None:
-            mask = _U64 if sid else 0
+            mask = U64 if sid else 0
         else:
-            mask = _check_int("Address.ib sid_mask", sid_mask, _U64, "0..2**64-1 (64 bits)", in_hex=True)
-        _check_int("Address.ib pkey", pkey, _U16, "0..0xffff (16 bits)", in_hex=True)
+            mask = check_int("Address.ib sid_mask", sid_mask, U64, "0..2**64-1 (64 bits)", in_hex=True)
+        check_int("Address.ib pkey", pkey, U16, "0..0xffff (16 bits)", in_hex=True)
         return cls(ip=g, family=AF_IB, pkey=pkey, sid=sid, sid_mask=mask, port=sid & 0xFFFF)
 
     # -- properties
@@ -380,7 +269,7 @@ class Address(Record):
     def zone(self) -> str:
         """The IPv6 zone (scope) as the user writes it (the interface's name where there is
         one, else the number), "" when there is none."""
-        return _zone_name(self.scope_id) if self.scope_id else ""
+        return zone_name(self.scope_id) if self.scope_id else ""
 
     def __str__(self) -> str:
         if self.family == AF_IB:
@@ -451,57 +340,6 @@ def unpack_sockaddr(buf: bytes) -> Optional[Address]:
     raise DecodeError("sockaddr", "unknown address family %d" % fam, 0)
 
 
-def _text(value: str, what: str) -> str:
-    """A string to parse, stripped; too long or empty ones are refused."""
-    if len(value) > MAX_TEXT:
-        raise UsageError(
-            "%s %s is too long: an address is at most %d characters, as in '[fe80::1%%eth0]:7471' "
-            "or 'gid:fe80::2:c903:0:1 pkey=0xffff sid=0x1060000'" % (what, _show(value, 24), MAX_TEXT)
-        )
-    text = value.strip()
-    if not text:
-        raise UsageError(
-            "empty %s %s: write 10.0.0.2, 10.0.0.2:7471, fe80::1%%eth0, [2001:db8::1]:7471 or gid:..."
-            % (what, _show(value))
-        )
-    return text
-
-
-def _split_host_port(text: str, original: Any) -> "tuple[str, Optional[int]]":
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0:
-            raise UsageError("unbalanced '[' in address %s (write [fe80::1%%eth0]:7471)" % _show(original))
-        host, rest = text[1:end], text[end + 1 :]
-        if not rest:
-            return host, None
-        if not rest.startswith(":"):
-            raise UsageError("expected ':PORT' after ']' in %s (write [2001:db8::1]:7471)" % _show(original))
-        return host, _port(rest[1:], original)
-    if text.count(":") == 1:  # IPv4 (or name) with a port
-        host, port = text.split(":")
-        return host, _port(port, original)
-    return text, None
-
-
-def _port(s: str, original: Any) -> int:
-    """A port written in an address: ASCII decimal (leading zeros allowed) or 0x hex."""
-    p = _ascii_number(s)
-    if p is None:
-        ascii_form = _as_ascii_digits(s)
-        if ascii_form is not None:
-            raise UsageError(
-                "port %r of %s is not written in ASCII digits: write it as %s" % (s, _show(original), ascii_form)
-            )
-        raise UsageError(
-            "bad port %s in %s: a port is a number 0..65535, in ASCII decimal (7471) or hex (0x1d2f)"
-            % (_show(s, 20), _show(original))
-        )
-    if p > _U16:
-        raise UsageError("port %s out of range in %s: a port is 0..65535" % (_show(s, 20), _show(original)))
-    return p
-
-
 def _ip(host: str, original: Any) -> "tuple[IPAddress, int]":
     zone = None
     if "%" in host:
@@ -511,16 +349,16 @@ def _ip(host: str, original: Any) -> "tuple[IPAddress, int]":
     except ValueError:
         raise UsageError(
             "%s is not an IP address (write 10.0.0.2, fe80::1%%eth0, [2001:db8::1]:7471 or gid:...; "
-            "parse_address looks up no host names: lookup_host does)" % _show(original)
+            "parse_address looks up no host names: lookup_host does)" % show(original)
         ) from None
     scope = 0
     if zone is not None:
         if ip.version == 4:
             raise UsageError(
                 "IPv4 address %s cannot have a zone (%s in %s): zones are for IPv6; drop the '%%...'"
-                % (host, _show(zone, 20), _show(original))
+                % (host, show(zone, 20), show(original))
             )
-        scope = _zone_index(zone, original)
+        scope = zone_index(zone, original)
     return ip, scope
 
 
@@ -529,7 +367,7 @@ def _from_ip(value: IPAddress) -> "tuple[IPAddress, int]":
     zone = getattr(value, "scope_id", None)
     if not zone:
         return value, 0
-    return ipaddress.IPv6Address(value.packed), _zone_index(zone, str(value))
+    return ipaddress.IPv6Address(value.packed), zone_index(zone, str(value))
 
 
 def _member(value: "Tuple[Any, ...]", i: int, name: str, hi: int, span: str, shown: str, hint: str = "") -> int:
@@ -537,14 +375,14 @@ def _member(value: "Tuple[Any, ...]", i: int, name: str, hi: int, span: str, sho
     what = "address tuple %s: %s (member %d)" % (shown, name, i + 1)
     if m is None and hint:
         raise UsageError("%s must be an int in %s, got None: %s" % (what, span, hint))
-    return _check_int(what, m, hi, span)
+    return check_int(what, m, hi, span)
 
 
 _TUPLE_FORMS = "(host, port) for IPv4, (host, port[, flowinfo[, scope_id]]) for IPv6, as socket writes them"
 
 
 def _parse_tuple(value: "Tuple[Any, ...]") -> Address:
-    shown = _show(value, 80)
+    shown = show(value, 80)
     n = len(value)
     if not 2 <= n <= 4:
         raise UsageError(
@@ -553,11 +391,11 @@ def _parse_tuple(value: "Tuple[Any, ...]") -> Address:
     host = value[0]
     if isinstance(host, str):
         try:
-            text = _text(host, "host")
+            text = checked_text(host, "host")
             if text[:4].lower() == "gid:":
                 raise UsageError(
                     "%s is a GID, which has no tuple form: write 'gid:... sid=...' as one string, "
-                    "or use Address.ib(gid, sid=...)" % _show(host)
+                    "or use Address.ib(gid, sid=...)" % show(host)
                 )
             ip, scope = _ip(text, host)
         except UsageError as e:
@@ -577,17 +415,17 @@ def _parse_tuple(value: "Tuple[Any, ...]") -> Address:
             hint = ": pass the Address alone, not in a tuple"
         raise UsageError(
             "address tuple %s: host (member 1) must be a str or an ipaddress object, got %s%s"
-            % (shown, _typed(host), hint)
+            % (shown, typed(host), hint)
         )
-    port = _member(value, 1, "port", _U16, "0..65535", shown, "write 0 for any port")
+    port = _member(value, 1, "port", U16, "0..65535", shown, "write 0 for any port")
     if n > 2 and ip.version == 4:
         raise UsageError(
             "address tuple %s has %d members, but %s is IPv4: an IPv4 tuple is (host, port); "
             "flowinfo and scope_id are IPv6's" % (shown, n, ip)
         )
-    flow = _member(value, 2, "flowinfo", _U32, "0..0xffffffff", shown) if n > 2 else 0
+    flow = _member(value, 2, "flowinfo", U32, "0..0xffffffff", shown) if n > 2 else 0
     if n == 4:
-        given = _member(value, 3, "scope_id", _U32, "0..4294967295 (an interface index)", shown)
+        given = _member(value, 3, "scope_id", U32, "0..4294967295 (an interface index)", shown)
         if given and scope and given != scope:
             raise UsageError(
                 "address tuple %s: scope_id (member 4) %d is not the host's zone (index %d): "
@@ -606,7 +444,7 @@ def parse_address(value: Any, port: Optional[int] = None, *, require_zone: bool 
     raises :class:`~pyrdmacm.errors.UsageError` too, saying what was wrong.
     """
     if port is not None:
-        _check_int("parse_address port", port, _U16, "0..65535")
+        check_int("parse_address port", port, U16, "0..65535")
     if isinstance(value, Address):
         addr = value
     elif isinstance(value, _IP_TYPES):
@@ -615,10 +453,10 @@ def parse_address(value: Any, port: Optional[int] = None, *, require_zone: bool 
     elif isinstance(value, tuple):
         addr = _parse_tuple(value)
     elif isinstance(value, str):
-        text = _text(value, "address")
+        text = checked_text(value, "address")
         if text[:4].lower() == "gid:":
             return _parse_gid(text[4:], value)
-        host, p = _split_host_port(text, value)
+        host, p = split_host_port(text, value)
         ip, scope = _ip(host, value)
         addr = Address(ip, p if p is not None else (port or 0), scope)
     else:
@@ -629,7 +467,7 @@ def parse_address(value: Any, port: Optional[int] = None, *, require_zone: bool 
             hint = "; for (host, port), write a tuple, not a list"
         raise UsageError(
             "cannot use %s as an address: give a string ('10.0.0.2', '10.0.0.2:7471', 'fe80::1%%eth0', "
-            "'gid:...'), an ipaddress object, a (host, port) tuple or an Address%s" % (_typed(value), hint)
+            "'gid:...'), an ipaddress object, a (host, port) tuple or an Address%s" % (typed(value), hint)
         )
     if port is not None and not addr.port and addr.family != AF_IB:
         addr = Address(addr.ip, port, addr.scope_id, addr.flowinfo, addr.family)
@@ -641,7 +479,7 @@ def parse_address(value: Any, port: Optional[int] = None, *, require_zone: bool 
     ):
         e = missing_zone(addr.ip)
         if isinstance(value, tuple):
-            raise UsageError("address tuple %s: %s (or give its scope_id, the 4th member)" % (_show(value, 80), e))
+            raise UsageError("address tuple %s: %s (or give its scope_id, the 4th member)" % (show(value, 80), e))
         raise e
     return addr
 
@@ -655,7 +493,7 @@ def missing_zone(ip: Any) -> UsageError:
 
 
 def _parse_gid(text: str, original: Any) -> Address:
-    shown = _show(original)
+    shown = show(original)
     parts = text.split()
     if not parts:
         raise UsageError("empty GID in %s (write gid:fe80::2:c903:0:1 pkey=0xffff sid=0x1060000)" % shown)
@@ -663,135 +501,32 @@ def _parse_gid(text: str, original: Any) -> Address:
     for p in parts[1:]:
         k, _, v = p.partition("=")
         if k not in ("pkey", "sid") or not v:
-            raise UsageError("unknown GID option %s in %s (use pkey=0xffff sid=0x...)" % (_show(p, 20), shown))
+            raise UsageError("unknown GID option %s in %s (use pkey=0xffff sid=0x...)" % (show(p, 20), shown))
         if k in kw:
             raise UsageError("%s given twice in %s: give each option once" % (k, shown))
-        n = _ascii_number(v)
+        n = ascii_number(v)
         if n is None:
-            ascii_form = _as_ascii_digits(v)
+            ascii_form = as_ascii_digits(v)
             if ascii_form is not None:
                 raise UsageError(
                     "%s=%r in %s is not written in ASCII digits: write %s=%s" % (k, v, shown, k, ascii_form)
                 )
             raise UsageError(
                 "bad number %s for %s in %s: write it in ASCII decimal or 0x hex (pkey=0xffff sid=0x1060000)"
-                % (_show(v, 20), k, shown)
+                % (show(v, 20), k, shown)
             )
-        hi, span = (_U16, "16 bits (0..0xffff)") if k == "pkey" else (_U64, "64 bits")
+        hi, span = (U16, "16 bits (0..0xffff)") if k == "pkey" else (U64, "64 bits")
         if n > hi:
-            raise UsageError("%s=%s in %s is out of range: a %s is %s" % (k, _show(v, 20), shown, k, span))
+            raise UsageError("%s=%s in %s is out of range: a %s is %s" % (k, show(v, 20), shown, k, span))
         kw[k] = n
     if "%" in parts[0]:
-        raise UsageError("GID %s in %s has a zone: a GID has none; drop the '%%...'" % (_show(parts[0]), shown))
+        raise UsageError("GID %s in %s has a zone: a GID has none; drop the '%%...'" % (show(parts[0]), shown))
     try:
         gid = ipaddress.IPv6Address(parts[0])
     except ValueError:
-        raise UsageError("%s is not a GID (128 bits written like an IPv6 address)" % _show(parts[0])) from None
+        raise UsageError("%s is not a GID (128 bits written like an IPv6 address)" % show(parts[0])) from None
     return Address.ib(gid, pkey=kw.get("pkey", 0xFFFF), sid=kw.get("sid", 0))
 
 
 def same_family(a: Address, b: Address) -> bool:
     return a.family == b.family
-
-
-@dataclass(init=False, repr=False, eq=False)  # written out: see pyrdmacm._record
-class HostName(Record):
-    """A host name and what ``getaddrinfo`` answered for it, in its order; ``chosen`` is
-    the address taken (the first answer, of the family asked for)."""
-
-    name: str
-    addresses: Tuple[IPAddress, ...]
-    chosen: IPAddress
-
-    def __init__(self, name: str, addresses: Tuple[IPAddress, ...], chosen: IPAddress) -> None:
-        set_field(self, "name", name)
-        set_field(self, "addresses", addresses)
-        set_field(self, "chosen", chosen)
-
-    def _values(self) -> Tuple[Any, ...]:
-        return (self.name, self.addresses, self.chosen)
-
-    def __repr__(self) -> str:
-        return "%s(name=%r, addresses=%r, chosen=%r)" % ((self.__class__.__qualname__,) + self._values())
-
-    def __str__(self) -> str:
-        others = [str(a) for a in self.addresses if a != self.chosen]
-        more = " (getaddrinfo's first answer; also %s)" % ", ".join(others) if others else ""
-        return "%s is %s%s" % (self.name, self.chosen, more)
-
-
-# a host name: letters, digits, '-', '_' and '.', with at least one letter (so that a
-# mistyped IPv4 address such as 10.0.0.256 is not taken for one)
-_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
-_MAX_NAME = 253  # a DNS name's longest text form
-
-
-def host_name(value: Any) -> Optional[Tuple[str, Optional[int]]]:
-    """``(name, port)`` when ``value`` is a host name, with or without a port
-    (``peer``, ``peer:7471``, ``[peer]:7471``); None when it is not one."""
-    if not isinstance(value, str) or len(value) > MAX_TEXT:
-        return None
-    text = value.strip()
-    if text[:4].lower() == "gid:":
-        return None
-    try:
-        host, port = _split_host_port(text, value)
-    except UsageError:
-        return None
-    if (not host or len(host) > _MAX_NAME or not _NAME_CHARS.issuperset(host)
-            or not any(c.isalpha() for c in host) or host.startswith((".", "-")) or ".." in host):
-        return None
-    return host, port
-
-
-def lookup_host(
-    value: Any, port: Optional[int] = None, *, family: int = 0, getaddrinfo: Any = None
-) -> Tuple[Address, Optional[HostName]]:
-    """What a user wrote as an address or a host name, as an :class:`Address`.
-
-    An address (anything :func:`parse_address` takes) is parsed, with no lookup, and
-    the second member is None.  A host name (``peer``, ``peer:7471``, ``[peer]:7471``)
-    is looked up with ``getaddrinfo`` (``family`` AF_INET / AF_INET6 restricts it) and its
-    first answer taken, as rping does; the :class:`HostName` says what it answered.
-    Neither: the :class:`~pyrdmacm.errors.UsageError` of :func:`parse_address`; a name
-    ``getaddrinfo`` cannot look up: a UsageError saying so.  ``getaddrinfo``: for tests.
-    """
-    try:
-        return parse_address(value, port), None
-    except UsageError:
-        named = host_name(value)
-        if named is None:
-            raise
-    name, given_port = named
-    import socket
-
-    ask = getaddrinfo or socket.getaddrinfo
-    fam = {AF_INET: socket.AF_INET, AF_INET6: socket.AF_INET6}.get(family, socket.AF_UNSPEC)
-    try:
-        answers = ask(name, None, fam, socket.SOCK_STREAM)
-    except socket.gaierror as e:
-        of = {AF_INET: " as IPv4", AF_INET6: " as IPv6"}.get(family, "")
-        raise UsageError(
-            "cannot look up host name %s%s: %s (getaddrinfo; check the name, /etc/hosts and DNS, or write "
-            "an IP address)" % (_show(name), of, e.strerror or e)
-        ) from None
-    except (UnicodeError, ValueError) as e:
-        raise UsageError("cannot look up host name %s: %s" % (_show(name), e)) from None
-    found: "list[IPAddress]" = []
-    scopes: "dict[IPAddress, int]" = {}
-    for entry in answers:
-        try:
-            sa: Tuple[Any, ...] = tuple(entry[4])
-            ip = ipaddress.ip_address(str(sa[0]).split("%")[0])
-            scope = int(sa[3]) if ip.version == 6 and len(sa) > 3 else 0
-        except (ValueError, IndexError, TypeError):
-            continue
-        if ip not in found:
-            found.append(ip)
-            scopes[ip] = scope
-    if not found:
-        raise UsageError("host name %s has no IPv4 or IPv6 address (getaddrinfo answered none)" % _show(name))
-    chosen = found[0]
-    p = given_port if given_port is not None else (port or 0)
-    sockaddr = (str(chosen), p) if chosen.version == 4 else (str(chosen), p, 0, scopes[chosen])
-    return parse_address(sockaddr), HostName(name, tuple(found), chosen)

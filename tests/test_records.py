@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from pyrdmacm import addr, records
+from pyrdmacm import _addr_lookup, addr, records
 from pyrdmacm._record import Record
 from pyrdmacm.errors import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULES = ["pyrdmacm.records", "pyrdmacm.addr", "pyrdmacm.precheck.model", "pyrdmacm.devices", "pyrdmacm.netlink",
-           "pyrdmacm._netlink_route"]
+MODULES = ["pyrdmacm.records", "pyrdmacm.addr", "pyrdmacm._addr_lookup", "pyrdmacm.precheck.model", "pyrdmacm.devices",
+           "pyrdmacm.netlink", "pyrdmacm._netlink_route"]
 #: what dataclass adds to a class body, and what a record writes out in its place
 MADE = {"__init__", "__repr__", "__eq__", "__hash__", "__setattr__", "__delattr__", "__dict__", "__weakref__",
         "__dataclass_fields__", "__dataclass_params__", "__match_args__", "_values"}
@@ -126,7 +126,7 @@ def test_the_written_out_records_take_what_dataclass_would():
     match a:
         case addr.Address(ip, port):
             assert (ip, port) == (a.ip, 7471)
-    h = addr.HostName("peer", (a.ip,), a.ip)
+    h = _addr_lookup.HostName("peer", (a.ip,), a.ip)
     assert str(h) == "peer is fe80::1" and json.dumps(dataclasses.asdict(h), default=str)
 
 

@@ -19,7 +19,8 @@ def _address(text: str, what: str, numeric: bool, port: Optional[int] = None, fa
     """``(Address, HostName or None)``: what the user wrote for ``what`` (DST, --src ...),
     a host name looked up unless ``numeric``; the Address is what the pre-check and the
     library get."""
-    from ..addr import host_name, lookup_host, parse_address
+    from .._addr_lookup import host_name, lookup_host
+    from ..addr import parse_address
     from ..errors import UsageError
 
     try:
@@ -60,9 +61,7 @@ def _addr_text(a: Any) -> str:
     if a.family == AF_IB:
         return "gid:%s" % a.ip
     if a.scope_id:
-        from ..addr import _zone_name
-
-        return "%s%%%s" % (a.ip, _zone_name(a.scope_id))
+        return "%s%%%s" % (a.ip, a.zone)
     return str(a.ip)
 
 

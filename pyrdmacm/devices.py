@@ -11,10 +11,8 @@ libibverbs or a ``/dev/infiniband/uverbs*`` node:
   state, LID and the port's netdev.  Preferred whenever it answers.
 * sysfs ``/sys/class/infiniband/<dev>/``: ``node_guid``, ``node_type`` and per
   port ``state``, ``phys_state``, ``link_layer``, ``lid``, the GID table
-  ``gids/<i>`` with ``gid_attrs/types/<i>`` and ``gid_attrs/ndevs/<i>``.  There
-  is no device index in sysfs (and no ``active_mtu``: the port attributes are
-  state, lid, lid_mask_count, sm_lid, sm_sl, cap_mask, rate, phys_state and
-  link_layer; an ``active_mtu`` file is read if a driver ever provides one).
+  ``gids/<i>`` with ``gid_attrs/types/<i>`` and ``gid_attrs/ndevs/<i>``; no
+  device index, and no ``active_mtu`` (read if a driver ever provides one).
   sysfs is the fallback for everything, and the only source of **GIDs**: NLDEV
   has no GID table dump.
 
@@ -46,7 +44,6 @@ import os
 import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Type, TypeVar, Union
-
 
 from ._enum import NamedIntEnum
 from .errors import KernelError

@@ -3,8 +3,8 @@
 ``dataclass(frozen=True)`` compiles six methods for each class it makes (``__init__``,
 ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__``, ``__delattr__``: about 1 ms a class
 on Python 3.11, five million instructions).  The library's import cannot pay that for the
-records it defines (:class:`~pyrdmacm.records.ConnParam`, :class:`~pyrdmacm.addr.Address`,
-:class:`~pyrdmacm.addr.HostName`), nor ``pyrdmacm route`` for the pre-check's
+records it defines (:class:`~pyrdmacm.records.ConnParam`, :class:`~pyrdmacm.addr.Address`),
+nor the command line its :class:`~pyrdmacm._addr_lookup.HostName`, nor ``pyrdmacm route`` for the pre-check's
 (:class:`~pyrdmacm.precheck.Prediction` and its parts).  Those are
 ``dataclass(init=False, repr=False, eq=False)`` subclasses of :class:`Record`: dataclass only
 notes their fields (``dataclasses.fields``, ``replace`` and ``asdict`` work, and so does the

@@ -65,6 +65,7 @@ from ._netlink_route import (
     session,
     unscoped,
 )
+from ._chardev import decode_huge_dev
 from ._netlink_socket import NETLINK_RDMA, RdmaNetlink, rdma_error
 from .abi import RdmaCmState
 
@@ -101,11 +102,6 @@ __all__ = [
 ]
 
 IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
-
-
-def decode_huge_dev(value: int) -> Tuple[int, int]:
-    """The kernel's ``huge_encode_dev()`` u64 -> ``(major, minor)``."""
-    return (value & 0xFFF00) >> 8, (value & 0xFF) | ((value >> 12) & 0xFFF00)
 
 
 @dataclass(frozen=True)

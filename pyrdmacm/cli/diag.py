@@ -56,7 +56,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
 def probe_commands(dev: Any) -> Dict[str, str]:
     """Which commands this kernel knows, without changing anything (see GuardedHeader)."""
     from .._device import GuardedHeader
-    from ..abi import COMMANDS, UserCmCmd
+    from .._structs import COMMANDS
+    from ..abi import UserCmCmd
 
     guard = GuardedHeader()
     out: Dict[str, str] = {}

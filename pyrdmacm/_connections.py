@@ -39,7 +39,7 @@ _DISCONNECT = wire.DISCONNECT
 class Connections(Life):
     """The connection verbs (a mixin of :class:`~pyrdmacm.cmid.CmId`, which has the rest)."""
 
-    __slots__ = ("_qpn", "_request", "_drep")
+    __slots__ = ("_qpn", "_request", "_drep", "_moves")
 
     channel: Any
     handle: int
@@ -48,6 +48,8 @@ class Connections(Life):
     _request: Event[Any]
     #: a DREP the old channel's reader could not send during migrate() (see :meth:`_answer_dreq`)
     _drep: List[bool]
+    #: how many times migrate() moved the id (unset: never)
+    _moves: int
 
     if TYPE_CHECKING:  # pragma: no cover - CmId's
         @property
@@ -226,22 +228,24 @@ class Connections(Life):
         two DREQs crossed) and does nothing otherwise.  Written on the id's own channel: an id
         migrated after the reader took the event is on another fd now.  If MIGRATE_ID is moving
         the id right now, the write is refused on the old fd; migrate() then sends it on the new
-        one (whichever of the two takes the pending answer first sends it, once)."""
+        one (whichever of the two takes the pending answer first sends it, once).  Whether the
+        id moved is told by its count of moves, not by its channel: two migrations (away and
+        back) around the refused write leave the channel as it was."""
         data = _DISCONNECT(self.handle)
-        ch = self.channel
+        moves = getattr(self, "_moves", 0)
         try:
-            ch._write(data)
+            self.channel._write(data)
             return
         except OSError:
-            if self.channel is ch:  # refused where the id still is: the connection is gone either way
+            if getattr(self, "_moves", 0) == moves:  # not moved since: gone, or MIGRATE_ID in flight
                 pending = self._drep = [True]
-                if self.channel is ch:
+                if getattr(self, "_moves", 0) == moves:
                     return  # a migrate() in flight finds it (see CmId.migrate)
                 try:
                     pending.pop()
                 except IndexError:
                     return  # migrate() took it
-        try:  # moved meanwhile: on its new channel
+        try:  # moved meanwhile: where it is now
             self.channel._write(data)
         except OSError:
             pass

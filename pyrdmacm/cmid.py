@@ -473,6 +473,7 @@ class CmId(Connections, Queries):
         for m in mcs:
             old._mcs.pop(m.uid, None)
         self.channel = channel
+        self._moves = getattr(self, "_moves", 0) + 1  # after the channel: see Connections._answer_dreq
         old._ended([self.uid] + [m.uid for m in mcs], "migrated")
         # the old channel's reader answered a DISCONNECTED of this id while MIGRATE_ID moved it,
         # and the kernel refused that DREP on the old fd: send it here (Connections._answer_dreq)

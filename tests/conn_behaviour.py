@@ -19,7 +19,7 @@ from typing import Any, Callable, List, Optional
 
 import pytest
 
-from pyrdmacm import CmId, EventChannel, PortSpace, State
+from pyrdmacm import CmId, EventChannel, PortSpace, State, wire
 from pyrdmacm.abi import CmEventType as E
 from pyrdmacm.abi import NotifyEvent, OptionId, QpAttrMask, QpState, RejectReason, SidrStatus
 from pyrdmacm.errors import EventError, KernelError, StateError, UsageError
@@ -669,5 +669,55 @@ def test_a_dreq_read_before_a_migration_is_answered_on_the_new_channel(link: Lin
         wait(cc, E.DISCONNECTED, 5)  # status 0: the DREP came
         wait(cc, E.TIMEWAIT_EXIT, link.timewait)
         wait(moved, E.TIMEWAIT_EXIT, link.timewait)
+        for cm in (c, req, lst):
+            cm.destroy()
+
+
+def test_a_drep_refused_while_the_id_moved_away_and_back_is_sent_where_it_is(link: Link):
+    """The reader answers the peer's DREQ on the channel the id was on (C1), but two
+    migrations move it to C2 and back to C1 around that write: the kernel refuses the write
+    (the id was on C2 then), and by the time the reader looks, the id is on C1 again.  The
+    DREP must still go out (on C1): the peer's disconnect completes and both ends reach
+    timewait.  (The reader used to take the unchanged channel for "a migration is in flight"
+    and leave the DREP to a migrate() that had already come and gone.)"""
+    with link.server() as sc, link.client() as cc, link.server() as other:
+        lst, req, c = handshake(sc, cc, link)
+        drep = wire.DISCONNECT(req.handle)
+        real = sc._write
+        first, second, go_on, released = (threading.Event() for _ in range(4))
+
+        def write(data: bytes) -> int:
+            if data != drep or released.is_set():
+                return real(data)
+            first.set()  # the reader is about to answer, on C1: the id moves to C2 now
+            assert go_on.wait(20)
+            go_on.clear()
+            try:
+                return real(data)  # refused: the id is on C2
+            finally:
+                second.set()  # ... and back to C1 before the reader looks
+                assert go_on.wait(20)
+                released.set()
+
+        sc._write = write  # type: ignore[method-assign]
+        got: List[Any] = []
+        reader = threading.Thread(target=lambda: got.append(sc.get_event(20)))
+        reader.start()
+        c.disconnect()
+        try:
+            assert first.wait(20), "no DISCONNECTED"
+            req.migrate(other)
+            go_on.set()
+            assert second.wait(20)
+            req.migrate(sc)
+        finally:
+            go_on.set()
+            reader.join(20)
+        ev = got[0]
+        assert ev is not None and ev.event is E.DISCONNECTED and ev.id is req, got
+        ev.ack()
+        wait(cc, E.DISCONNECTED, 5)  # status 0: the DREP came
+        wait(cc, E.TIMEWAIT_EXIT, link.timewait)
+        wait(sc, E.TIMEWAIT_EXIT, link.timewait)
         for cm in (c, req, lst):
             cm.destroy()

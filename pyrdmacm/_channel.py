@@ -266,11 +266,7 @@ class Channel(Generic[_Id]):
             raise UsageError("max_events must be an int >= 1, got %r" % (max_events,))
         if timeout is not None and (timeout.__class__ is not int or timeout < 0):
             timeout = timeout_seconds(timeout)
-        slot = self._reader_slot  # the one-reader guard, only tried (see _busy)
-        try:
-            slot.pop()
-        except IndexError:
-            raise self._busy() from None
+        slot = self._hold()
         count = not ack
         out: List[Event[_Id]] = []
         try:
@@ -373,6 +369,16 @@ class Channel(Generic[_Id]):
                     deadline = _monotonic() + timeout
                 elif _monotonic() >= deadline:
                     return None
+
+    def _hold(self) -> List[bool]:
+        """Take the one-reader guard (StateError if another thread reads): the slot to give
+        back.  get_event, the hot one, takes it inline."""
+        slot = self._reader_slot
+        try:
+            slot.pop()
+        except IndexError:
+            raise self._busy() from None
+        return slot
 
     def _let_go(self) -> None:
         """What a reader does as it gives the guard back, when there is something to do: ids
@@ -526,11 +532,7 @@ class Channel(Generic[_Id]):
             timeout = timeout_seconds(timeout)
         if self._live != _process.PID:
             self._check()
-        slot = self._reader_slot  # the one-reader guard, only tried (see _busy)
-        try:
-            slot.pop()
-        except IndexError:
-            raise self._busy() from None
+        slot = self._hold()
         try:
             deadline = None if timeout is None else _monotonic() + timeout
             look = not self._wait_first  # a sync id's own channel: its event is rarely there yet

@@ -645,6 +645,18 @@ def test_a_listener_destroyed_during_a_burst_hands_out_what_destroy_reports(link
                 ev.id.destroy()
 
 
+def _the_drep_went_out(got: List[Any], req: CmId, cc: EventChannel, now_on: EventChannel, link: Link) -> None:
+    """The reader was handed ``req``'s DISCONNECTED and the channel's DREP went out: the
+    client's disconnect completes (status 0) and both ends reach timewait (``req`` on the
+    channel it is on now)."""
+    ev = got[0]
+    assert ev is not None and ev.event is E.DISCONNECTED and ev.id is req, got
+    ev.ack()
+    wait(cc, E.DISCONNECTED, 5)  # status 0: the DREP came
+    wait(cc, E.TIMEWAIT_EXIT, link.timewait)
+    wait(now_on, E.TIMEWAIT_EXIT, link.timewait)
+
+
 def test_a_dreq_read_before_a_migration_is_answered_on_the_new_channel(link: Link):
     """The server's reader has read the peer's DISCONNECTED (its DREQ) when another thread
     migrates the id to another channel: the DREP goes out on the id's new fd, so the peer's
@@ -663,12 +675,7 @@ def test_a_dreq_read_before_a_migration_is_answered_on_the_new_channel(link: Lin
         finally:
             go.set()
             reader.join(20)
-        ev = got[0]
-        assert ev is not None and ev.event is E.DISCONNECTED and ev.id is req, got
-        ev.ack()
-        wait(cc, E.DISCONNECTED, 5)  # status 0: the DREP came
-        wait(cc, E.TIMEWAIT_EXIT, link.timewait)
-        wait(moved, E.TIMEWAIT_EXIT, link.timewait)
+        _the_drep_went_out(got, req, cc, moved, link)
         for cm in (c, req, lst):
             cm.destroy()
 
@@ -713,11 +720,6 @@ def test_a_drep_refused_while_the_id_moved_away_and_back_is_sent_where_it_is(lin
         finally:
             go_on.set()
             reader.join(20)
-        ev = got[0]
-        assert ev is not None and ev.event is E.DISCONNECTED and ev.id is req, got
-        ev.ack()
-        wait(cc, E.DISCONNECTED, 5)  # status 0: the DREP came
-        wait(cc, E.TIMEWAIT_EXIT, link.timewait)
-        wait(sc, E.TIMEWAIT_EXIT, link.timewait)
+        _the_drep_went_out(got, req, cc, sc, link)
         for cm in (c, req, lst):
             cm.destroy()

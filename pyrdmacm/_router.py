@@ -152,40 +152,62 @@ class Router(Dict[int, Any]):
     def route(self, uid: int, ev: Any) -> bool:
         """Give ``ev`` (an event of ``uid``) to the waiter it answers (True); False if no
         waiter of ``uid`` takes it.  A delivered event counts as acknowledged: the reader
-        did not count it, or acknowledges it."""
-        waiter = self.pop(uid)
+        did not count it, or acknowledges it.
+
+        The reader routes while another thread may end the uid's waits (destroy): a waiter
+        leaves the table only when it takes its event, never to be put back, so that
+        :meth:`end` always finds the waiters it must end."""
+        waiter = self.get(uid)
+        if waiter is None:  # ended meanwhile
+            return False
         if waiter.__class__ is list:
             return self._to_one_of(uid, waiter, ev)
         ok = waiter.take.get(ev.event)
         if ok is None:
-            self[uid] = waiter
             return False
-        waiter.deliver(uid, ev, ok)
+        entry = self.pop(uid, None)
+        if entry is not waiter and entry is not None:  # another wait of the uid came meanwhile
+            self._put_back(uid, entry, waiter)
+        waiter.deliver(uid, ev, ok)  # ended meanwhile (entry None): it ignores the event
         return True
 
     def _to_one_of(self, uid: int, waiters: List[Waiter], ev: Any) -> bool:
+        """An event of a uid with several waits: the oldest it answers takes it (the list is
+        changed in place; it leaves the table once empty)."""
         kind = ev.event
-        for i, waiter in enumerate(waiters):
+        for waiter in waiters:
             ok = waiter.take.get(kind)
             if ok is None:
                 continue
-            del waiters[i]
-            if waiters:
-                self[uid] = waiters[0] if len(waiters) == 1 else waiters
+            try:
+                waiters.remove(waiter)
+            except ValueError:  # forgotten or ended meanwhile
+                return False
+            if not waiters and self.get(uid) is waiters:
+                self.pop(uid, None)
             waiter.deliver(uid, ev, ok)
             return True
-        self[uid] = waiters
         return False
+
+    def _put_back(self, uid: int, entry: Any, taken: Waiter) -> None:
+        """``entry`` was popped with ``taken`` because it had become a list of waits: the
+        others go back."""
+        if entry.__class__ is list:
+            rest = [w for w in entry if w is not taken]
+            if rest:
+                self[uid] = rest
+        else:
+            self[uid] = entry
 
     def forget(self, uid: int, waiter: Waiter) -> None:
         """Stop routing to ``waiter`` (a wait given up: timed out, interrupted)."""
         entry = self.get(uid)
         if entry is waiter:
-            del self[uid]
+            self.pop(uid, None)
         elif entry.__class__ is list and waiter in entry:
             entry.remove(waiter)
-            if len(entry) == 1:
-                self[uid] = entry[0]
+            if not entry and self.get(uid) is entry:
+                self.pop(uid, None)
 
     def end(self, uids: Iterable[int], why: str) -> None:
         """The ids (or memberships) ``uids`` stopped being the channel's (``why``: "destroyed",

@@ -43,38 +43,48 @@ _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in nam
 
 __all__ = sorted(_MODULE_OF)
 
-if TYPE_CHECKING:  # what type checkers see; tests/test_layouts.py checks it is _EXPORTS
+if TYPE_CHECKING:  # what type checkers see ("X as X": an explicit re-export, which mypy --strict
+    # needs); tests/test_layouts.py checks it is _EXPORTS
     from .abi import (
-        CmEventType,
-        NotifyEvent,
-        OptionIb,
-        OptionId,
-        PortSpace,
-        QpAttrMask,
-        QpState,
-        QpType,
-        RejectReason,
-        SidrStatus,
+        CmEventType as CmEventType,
+        NotifyEvent as NotifyEvent,
+        OptionIb as OptionIb,
+        OptionId as OptionId,
+        PortSpace as PortSpace,
+        QpAttrMask as QpAttrMask,
+        QpState as QpState,
+        QpType as QpType,
+        RejectReason as RejectReason,
+        SidrStatus as SidrStatus,
     )
-    from .addr import Address, parse_address
-    from .channel import EventChannel, UnackedEventsWarning
-    from ._params import allocate_qp_num
-    from ._router import Waiter
-    from .cmid import CmId, SourceIgnoredWarning
-    from .membership import Membership
+    from .addr import Address as Address, parse_address as parse_address
+    from .channel import EventChannel as EventChannel, UnackedEventsWarning as UnackedEventsWarning
+    from ._params import allocate_qp_num as allocate_qp_num
+    from ._router import Waiter as Waiter
+    from .cmid import CmId as CmId, SourceIgnoredWarning as SourceIgnoredWarning
+    from .membership import Membership as Membership
     from .errors import (
-        DecodeError,
-        DeviceNodeError,
-        EventError,
-        KernelError,
-        PrecheckError,
-        RdmaCmError,
-        StateError,
-        UsageError,
+        DecodeError as DecodeError,
+        DeviceNodeError as DeviceNodeError,
+        EventError as EventError,
+        KernelError as KernelError,
+        PrecheckError as PrecheckError,
+        RdmaCmError as RdmaCmError,
+        StateError as StateError,
+        UsageError as UsageError,
     )
-    from .events import Event
-    from .records import AddrInfo, AhAttr, ConnParam, DeviceRef, PathRecord, QpAttr, ServiceRecord, UdParam
-    from .state import Call, Kind, State
+    from .events import Event as Event
+    from .records import (
+        AddrInfo as AddrInfo,
+        AhAttr as AhAttr,
+        ConnParam as ConnParam,
+        DeviceRef as DeviceRef,
+        PathRecord as PathRecord,
+        QpAttr as QpAttr,
+        ServiceRecord as ServiceRecord,
+        UdParam as UdParam,
+    )
+    from .state import Call as Call, Kind as Kind, State as State
 
 
 def __getattr__(name: str) -> Any:

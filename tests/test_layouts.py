@@ -4,6 +4,7 @@ runtime imports neither construct nor more of itself than it needs."""
 from __future__ import annotations
 
 import ast
+import os
 import importlib
 import json
 import subprocess
@@ -99,6 +100,35 @@ def _type_checking_imports() -> dict:
 
 def test_type_checkers_see_the_names_the_package_exports():
     assert _type_checking_imports() == pyrdmacm._EXPORTS
+    tree = ast.parse((ROOT / "pyrdmacm" / "__init__.py").read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    plain = [a.name for imp in block.body if isinstance(imp, ast.ImportFrom) for a in imp.names if a.asname != a.name]
+    assert not plain, "re-export these as 'X as X' (mypy --strict sees no export otherwise): %s" % plain
+
+
+def test_the_readme_import_type_checks_strictly(tmp_path):
+    """A program that imports the public names from the package and uses them passes
+    mypy --strict: the re-exports are explicit, and an event's id is a CmId."""
+    prog = tmp_path / "prog.py"
+    prog.write_text(
+        "from typing import List, Optional\n"
+        "from pyrdmacm import Call, CmEventType, CmId, Event, EventChannel, Waiter\n"
+        "def main(ch: EventChannel) -> int:\n"
+        "    cm: CmId = ch.create_id()\n"
+        "    cm.resolve_addr('10.0.0.2', timeout_ms=2000)\n"
+        "    w = ch.expect(cm.uid, Waiter.for_call(cm.kind, Call.RESOLVE_ADDR))\n"
+        "    ch.wait(w, 5)\n"
+        "    ev = ch.get_event(0)\n"
+        "    evs: List[Event] = ch.get_events()\n"
+        "    if ev is not None and ev.event is CmEventType.ADDR_RESOLVED:\n"
+        "        req: Optional[CmId] = ev.listen_id\n"
+        "        return ev.id.uid + len(evs) + (req.uid if req else 0)\n"
+        "    return 0\n")
+    env = dict(os.environ, MYPYPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--follow-imports=silent",
+                           "--ignore-missing-imports", str(prog)], capture_output=True, text=True, cwd=str(tmp_path),
+                          env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_every_public_name_is_its_modules():

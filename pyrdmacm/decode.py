@@ -73,9 +73,14 @@ def parse_input(text: str) -> bytes:
     m = _STRACE.search(text)
     if m:
         body = m.group(1)
+        odd = next((c for c in body if not " " <= c <= "~"), None)
+        if odd is not None:  # strace escapes every byte that is not printable ASCII
+            raise DecodeError("strace line", "the quoted buffer holds %r, which strace never prints (it writes "
+                              "bytes that are not printable ASCII as \\xNN): paste the line as strace printed it, "
+                              "or give hex bytes" % odd)
         try:
             return body.encode("latin-1").decode("unicode_escape").encode("latin-1")
-        except UnicodeDecodeError as e:
+        except UnicodeError as e:
             raise DecodeError("strace line", "bad escape in the quoted buffer (%s)" % e) from None
     cleaned = re.sub(r"(0x|\\x|[\s:,])", "", text)
     if not cleaned:  # e.g. a grep that matched no line of the trace

@@ -39,6 +39,14 @@ def test_decode_strace_line(capsys):
     assert j["body"] == {"uid": 0x55D1, "response": 0x7FFD0000, "ps": "TCP", "qp_type": "RC", "reserved": "0000000000"}
 
 
+def test_decode_of_a_quoted_buffer_strace_never_prints_is_a_usage_error(capsys):
+    """strace escapes every byte that is not printable ASCII: a line holding one (pasted
+    through an editor, typed by hand) is named, not a traceback."""
+    code, out, err = run(capsys, "decode", 'write(3, "\u20ac", 5)')
+    assert code == output.EXIT_USAGE and not out
+    assert "strace never prints" in err and "Traceback" not in err
+
+
 def test_decode_reply_event(capsys):
     raw = (1).to_bytes(8, "little") + (0).to_bytes(4, "little") + (1).to_bytes(4, "little")
     raw += (2**32 - 110).to_bytes(4, "little") + bytes(336 - 20)

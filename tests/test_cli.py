@@ -213,3 +213,23 @@ def test_a_subcommand_imports_what_it_needs(argv, code, own):
         assert "pyrdmacm.channel" not in mods
     if argv[0] == "resolve":
         assert "pyrdmacm.precheck" not in mods and not any(m.startswith("pyroute2") for m in mods)
+
+
+@pytest.mark.parametrize("argv, status", [
+    (["resolve", "127.0.0.1", "--json"], output.EXIT_NODEV),  # the device node is missing: 4
+    (["conformance", "--list", "--json"], output.EXIT_OK),    # pages of output
+])
+def test_a_reader_that_has_gone_leaves_the_real_exit_status_and_no_traceback(argv, status, tmp_path):
+    """``pyrdmacm ... | head -1``: the pipe's reader is gone before the output is written.
+    The exit status is the subcommand's own (it used to be 0, or 120 with Python's
+    "Exception ignored ... BrokenPipeError"), and stderr holds no traceback."""
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before the first write
+    env = dict(os.environ, PYRDMACM_DEVICE=str(tmp_path / "no-such-node"))
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pyrdmacm", *argv], stdout=w, stderr=subprocess.PIPE,
+                              text=True, env=env, timeout=120)
+    finally:
+        os.close(w)
+    assert proc.returncode == status, proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr

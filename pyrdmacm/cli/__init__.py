@@ -52,6 +52,7 @@ when it runs.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any, Callable, Optional, Sequence
 
@@ -192,6 +193,38 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _PipeSafe:
+    """stdout for a subcommand: when the reader of a pipe has gone (``| head -1``), the rest
+    of the output goes to /dev/null and the subcommand still ends with its own exit status
+    (not 0, not a BrokenPipeError traceback, not Python's "Exception ignored" at exit)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+
+    def _gone(self) -> None:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, self._stream.fileno())
+        finally:
+            os.close(null)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from ..errors import RdmaCmError
 
@@ -203,12 +236,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    real, sys.stdout = sys.stdout, _PipeSafe(sys.stdout)
     try:
         return int(args.func(args))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        return EXIT_OK
     except RdmaCmError as e:  # a refusal no subcommand expected: still a message, not a traceback
         _err(_text(e))
         return EXIT_USAGE if isinstance(e, ValueError) else _refused_exit(getattr(e, "errno", None))
+    finally:
+        try:
+            sys.stdout.flush()  # what is still buffered: the reader may be gone
+        finally:
+            sys.stdout = real

@@ -357,3 +357,11 @@ def test_devices_mtu_in_bytes_and_one_guid_spelling(capsys: Any, monkeypatch: An
                                                  (4192, 4096), (4191, 2048), (351, None), (352, 256)])
 def test_roce_path_mtu_is_the_kernels_iboe_get_mtu(netdev_mtu: int, path_mtu: Any) -> None:
     assert D.roce_path_mtu(netdev_mtu) == path_mtu
+
+
+def test_devices_with_nothing_found_exits_4_as_ibv_devinfo_fails(capsys: Any, monkeypatch: Any) -> None:
+    monkeypatch.setattr(D, "list_devices", lambda: [])
+    code, out, err = run(capsys, "devices")
+    assert code == 4 and not out and "no RDMA devices" in err
+    code, out, err = run(capsys, "devices", "--json")
+    assert code == 4 and json.loads(out) == []

@@ -35,10 +35,10 @@ def cmd_devices(args: argparse.Namespace) -> int:
     devs = devices.list_devices()
     if args.json:
         _print_json([_device_json(d) for d in devs])
-        return EXIT_OK
-    if not devs:
-        print("no RDMA devices in this network namespace (see `rdma link`, `rdma system`)")
-        return EXIT_OK
+        return EXIT_OK if devs else EXIT_NODEV
+    if not devs:  # as ibv_devinfo, a failure: nothing here to use
+        _err("no RDMA devices in this network namespace (see `rdma link`, `rdma system`)")
+        return EXIT_NODEV
     for d in devs:
         print("%s: index %s node_guid %s node_type %s (%s)" % (
             d.name, "unknown (no RDMA netlink)" if d.index is None else d.index, d.node_guid_text,

@@ -143,6 +143,7 @@ ARGPARSE = [
     [], ["frobnicate"], ["resolve"], ["resolve", "10.0.2.2", "--bogus"], ["resolve", "10.0.2.2", "--ps", "sdp"],
     ["route"], ["route", "10.0.2.2", "extra"], ["devices", "--all"], ["ping"], ["listen"], ["decode", "--reply"],
     ["resolve", "10.0.2.2", "--timeout"], ["--no-such-flag"],
+    ["resolve", "10.0.2.2", "--js"], ["conformance", "--li"],  # no abbreviations: --js is not --json
 ]
 
 

@@ -85,6 +85,7 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *a: Any, **kw: Any) -> None:
         kw.setdefault("epilog", exit_codes_text())
         kw.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        kw.setdefault("allow_abbrev", False)  # --js must not mean --json: new options would make it ambiguous
         super().__init__(*a, **kw)
 
     def error(self, message: str) -> Any:
@@ -94,7 +95,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _numeric_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "--numeric", action="store_true",
-                   help="look up no host names: DST and --src must be addresses (as `ip -n`, `ping -n`)")
+                   help="look up no host names: DST and --src must be addresses (as `ping -n`; "
+                        "ip's -n is another thing: a netns)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -326,6 +326,21 @@ def test_listen_accepts_and_shows_the_events(capsys, hosts, cli_on_b):
     assert len(clock) == 12 and clock[2] == clock[5] == ":" and clock[8] == "."
 
 
+def test_listen_disconnect_after_ends_the_connection_itself(capsys, hosts, cli_on_b):
+    """--disconnect-after 0: after ESTABLISHED this side sends the DREQ, as cmatose's server
+    does; a client that waits for the server (ucmatose's) gets DISCONNECTED, and both end."""
+    client = Client(hosts[0], disconnect=False)
+    code, out, err = run(capsys, "listen", "7471", "--count", "1", "--disconnect-after", "0")
+    client.join(3)
+    assert code == cli.EXIT_OK, err
+    lines = [line.split(" ", 1)[1] for line in out.splitlines()]
+    assert [line.split(" +")[0] for line in lines[4:8]] == [
+        "#1 ESTABLISHED", "#1 disconnecting (--disconnect-after 0 ms)", "#1 DISCONNECTED", "#1 TIMEWAIT_EXIT"]
+    assert client.events == [E.DISCONNECTED]
+    code, out, err = run(capsys, "listen", "7471", "--disconnect-after", "-1")
+    assert code == cli.EXIT_USAGE and "bad --disconnect-after '-1'" in err
+
+
 def test_listen_json_lines(capsys, hosts, cli_on_b):
     client = Client(hosts[0], data=b"hello")
     code, out, err = run(capsys, "listen", "%s:7471" % B, "--count", "1", "--json")

@@ -12,7 +12,8 @@ Subcommands (``pyrdmacm COMMAND --help`` for each)::
     pyrdmacm ping DST[:PORT] [--src SRC] [--ps tcp|udp] [--count N] [--private-data HEX]
                   [--timeout MS] [--timewait] [--json]
                                                      connect N times, time each step, show the peer
-    pyrdmacm listen [ADDR:]PORT [--ps tcp|udp] [--count N] [--reject] [--private-data HEX] [--json]
+    pyrdmacm listen [ADDR:]PORT [--ps tcp|udp] [--count N] [--reject] [--private-data HEX]
+                    [--disconnect-after MS] [--json]
                                                      show each request and its events; accept or reject
 
 The exit status is the same for every subcommand (``EXIT_CODES``, shown by
@@ -189,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                           "accepting it")
     ls.add_argument("--private-data", metavar="HEX", help="private data for the REP (at most 196 bytes; "
                                                           "SIDR REP: 136) or, with --reject, the REJ (148)")
+    ls.add_argument("--disconnect-after", metavar="MS", help="disconnect each connection MS milliseconds after "
+                                                             "ESTABLISHED (0: at once), as cmatose's server does; "
+                                                             "by default the peer disconnects")
     ls.add_argument("--json", action="store_true", help="one JSON object per event, one per line, as they come")
     ls.set_defaults(func=_command("listen", "cmd_listen"))
     setattr(p, "_subcommands", {name: sp for name, sp in sub.choices.items()})

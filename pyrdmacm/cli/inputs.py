@@ -75,6 +75,19 @@ def _timeout_ms(text: str) -> int:
     return n
 
 
+def _ms_after(text: Optional[str], flag: str) -> Optional[int]:
+    """A --FLAG of milliseconds, 0 allowed (None: not given)."""
+    if text is None:
+        return None
+    try:
+        n = int(text, 10) if text.isascii() else -1
+    except ValueError:
+        n = -1
+    if not 0 <= n <= 0xFFFFFFFF:
+        raise _BadInput("bad %s %r: give milliseconds, a whole number from 0 (at once) to 4294967295" % (flag, text))
+    return n
+
+
 #: the port of librdmacm's examples (ucmatose, cmtime, rdma_server ...) and of rdma-core's tests;
 #: rping and udaddy use 7174
 DEFAULT_PORT = 7471

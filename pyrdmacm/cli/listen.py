@@ -12,7 +12,7 @@ from typing import Any, Dict, Optional
 
 from . import conn
 from .conn import TIMEWAIT_GRACE, _conn_peer, _destroy_quietly, _pd_info, _pd_text, _status_text
-from .inputs import _BadInput, _count, _listen_addr, _port_space, _private_data_arg
+from .inputs import _BadInput, _count, _listen_addr, _ms_after, _port_space, _private_data_arg
 from .output import EXIT_EVENT, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _err, _ip_text, _jsonable, _refused_exit, _text
 
 class _Stop(Exception):
@@ -25,6 +25,7 @@ class _Conn:
     def __init__(self, n: int, cm: Any, t0: float) -> None:
         self.n, self.cm, self.t0 = n, cm, t0
         self.deadline: Optional[float] = None  # after DISCONNECTED: TIMEWAIT_EXIT expected by then
+        self.disconnect_at: Optional[float] = None  # --disconnect-after: when this side disconnects
 
 
 def _clock() -> str:
@@ -43,6 +44,7 @@ def cmd_listen(args: argparse.Namespace) -> int:
         addr = _listen_addr(args.addr)
         ps = _port_space(args.ps)
         count = _count(args.count, None)
+        args.disconnect_ms = _ms_after(args.disconnect_after, "--disconnect-after")
         ud = ps is PortSpace.UDP
         family = addr.family or AF_INET
         if args.reject:
@@ -131,13 +133,26 @@ def _listen_step(ch: Any, lst: Any, conns: Dict[int, "_Conn"], stats: Dict[str, 
     from ..abi import CmEventType as E
     from ..errors import KernelError
 
-    deadlines = [c.deadline for c in conns.values() if c.deadline is not None]
+    deadlines = [t for c in conns.values() for t in (c.deadline, c.disconnect_at) if t is not None]
     now = time.monotonic()
     for c in [c for c in conns.values() if c.deadline is not None and c.deadline <= now]:
         emit({"event": "DESTROYED", "conn": c.n, "ms": round((now - c.t0) * 1000, 3),
               "why": "no TIMEWAIT_EXIT within %g s of DISCONNECTED" % TIMEWAIT_GRACE},
              "#%d destroyed: no TIMEWAIT_EXIT within %g s of DISCONNECTED" % (c.n, TIMEWAIT_GRACE))
         _end(conns, c, stats)
+        return EXIT_OK
+    for c in [c for c in conns.values() if c.disconnect_at is not None and c.disconnect_at <= now]:
+        c.disconnect_at = None
+        try:
+            c.cm.disconnect()  # the DREQ; DISCONNECTED follows when the peer's DREP comes
+        except KernelError as e:
+            emit({"event": "REFUSED", "conn": c.n, "command": e.command, "errno": e.errno, "message": _text(e)},
+                 "#%d the kernel refused %s: %s" % (c.n, e.command, e))
+            _end(conns, c, stats)
+            return EXIT_OK
+        emit({"event": "DISCONNECT", "conn": c.n, "ms": round((now - c.t0) * 1000, 3)},
+             "#%d disconnecting (--disconnect-after %d ms) +%.2f ms" % (c.n, args.disconnect_ms,
+                                                                       (now - c.t0) * 1000))
         return EXIT_OK
     timeout = max(0.0, min(deadlines) - now) if deadlines else None
     ev = ch.get_event(timeout)
@@ -222,7 +237,10 @@ def _listen_step(ch: Any, lst: Any, conns: Dict[int, "_Conn"], stats: Dict[str, 
     if ev.event is E.REJECTED:
         record["private_data"] = _pd_info(ev.private_data, "REJ")
     emit(record, text)
-    if ev.event is E.DISCONNECTED:
+    if ev.event is E.ESTABLISHED and args.disconnect_ms is not None:
+        c2.disconnect_at = now + args.disconnect_ms / 1000.0
+    elif ev.event is E.DISCONNECTED:
+        c2.disconnect_at = None  # the peer was first
         c2.deadline = now + TIMEWAIT_GRACE
     elif ev.event is E.TIMEWAIT_EXIT or not ev.ok:
         _end(conns, c2, stats)

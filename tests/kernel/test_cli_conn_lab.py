@@ -185,6 +185,30 @@ def test_listen_here_ucmatose_client_on_the_peer(peer):
         listen.stop()
 
 
+def test_listen_disconnect_after_ends_ucmatose_s_client_run(peer):
+    """--disconnect-after 0 --count 1: listen disconnects after ESTABLISHED, as cmatose's
+    server does, so ucmatose's client (which waits for the server) completes, and listen
+    ends with the count: both exit 0 with no signal."""
+    here = local_address()
+    listen = Local([*PYRDMACM, "listen", "%s:7471" % here, "--json", "--count", "1", "--disconnect-after", "0"])
+    try:
+        listen.wait_for('"LISTENING"')
+        client = peer.start(["ucmatose", "-s", here, "-C", "0"], line_buffered=True)
+        code, seen, err = listen.finish()
+        show("here: pyrdmacm listen --disconnect-after 0", code, "\n".join(seen) + "\n", err)
+        assert code == 0 and "Traceback" not in err, err
+        events = [json.loads(line)["event"] for line in seen]
+        assert events == ["LISTENING", "CONNECT_REQUEST", "ACCEPT", "ESTABLISHED", "DISCONNECT", "DISCONNECTED",
+                          "TIMEWAIT_EXIT", "STOPPED"], events
+        code, out, err = client.wait(30)
+        show("peer: " + " ".join(client.argv), code, out, err)
+        assert code == 0, out + err
+        assert out.splitlines() == ["cmatose: starting client", "cmatose: connecting", "test complete",
+                                    "return status 0"]
+    finally:
+        listen.stop()
+
+
 def test_ping_udaddy_server(peer):
     server = peer.start(["udaddy", "-b", peer.address, "-C", "0"], line_buffered=True)
     server.wait_for_line("starting server")

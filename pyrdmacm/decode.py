@@ -18,7 +18,7 @@ the offset where the bytes ran out or went wrong.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from construct import Container, ListContainer, StreamError
 
@@ -26,7 +26,7 @@ from . import _structs, abi
 from .addr import unpack_sockaddr
 from .errors import DecodeError
 
-__all__ = ["parse_input", "decode_command", "decode_reply", "REPLY_KINDS"]
+__all__ = ["parse_input", "parse_writes", "decode_command", "decode_reply", "REPLY_KINDS"]
 
 _STRACE = re.compile(r'write\(\s*\d+(?:<[^>]*>)?\s*,\s*"((?:[^"\\]|\\.)*)"')  # -y adds <path>
 _HEXCHARS = re.compile(r"^[0-9a-fA-F]*$")
@@ -67,21 +67,38 @@ _ENUM_FIELDS = {
 _SOCKADDR_FIELDS = {"addr", "src_addr", "dst_addr"}
 
 
+def _unquote(body: str) -> bytes:
+    """The bytes of strace's quoted buffer (``\\xNN`` with -x/-xx, octal ``\\NNN`` without,
+    ``\\t`` ``\\n`` ... and printable ASCII as is)."""
+    odd = next((c for c in body if not " " <= c <= "~"), None)
+    if odd is not None:  # strace escapes every byte that is not printable ASCII
+        raise DecodeError("strace line", "the quoted buffer holds %r, which strace never prints (it writes "
+                          "bytes that are not printable ASCII as \\xNN): paste the line as strace printed it, "
+                          "or give hex bytes" % odd)
+    try:
+        return body.encode("latin-1").decode("unicode_escape").encode("latin-1")
+    except UnicodeError as e:
+        raise DecodeError("strace line", "bad escape in the quoted buffer (%s)" % e) from None
+
+
+def parse_writes(text: str) -> List[Tuple[int, str]]:
+    """Every ``write(...)`` of an strace trace (``-f``'s ``[pid N]`` prefixes, ``-y``'s
+    ``<path>``, ``<unfinished ...>`` lines too): ``(line number, quoted buffer)``, in order;
+    :func:`parse_input` makes each one's bytes."""
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        m = _STRACE.search(line)
+        if m:
+            out.append((n, line))
+    return out
+
+
 def parse_input(text: str) -> bytes:
     """Bytes from hex text or from an strace ``write(...)`` line."""
     text = text.strip()
     m = _STRACE.search(text)
     if m:
-        body = m.group(1)
-        odd = next((c for c in body if not " " <= c <= "~"), None)
-        if odd is not None:  # strace escapes every byte that is not printable ASCII
-            raise DecodeError("strace line", "the quoted buffer holds %r, which strace never prints (it writes "
-                              "bytes that are not printable ASCII as \\xNN): paste the line as strace printed it, "
-                              "or give hex bytes" % odd)
-        try:
-            return body.encode("latin-1").decode("unicode_escape").encode("latin-1")
-        except UnicodeError as e:
-            raise DecodeError("strace line", "bad escape in the quoted buffer (%s)" % e) from None
+        return _unquote(m.group(1))
     cleaned = re.sub(r"(0x|\\x|[\s:,])", "", text)
     if not cleaned:  # e.g. a grep that matched no line of the trace
         raise DecodeError("input", "nothing to decode: give hex bytes or an strace write(...) line of the device")

@@ -36,7 +36,43 @@ def test_decode_strace_line(capsys):
     code, out, _ = run(capsys, "decode", line)
     j = json.loads(out)
     assert code == 0 and j["cmd"] == "CREATE_ID" and j["out"] == 4
-    assert j["body"] == {"uid": 0x55D1, "response": 0x7FFD0000, "ps": "TCP", "qp_type": "RC", "reserved": "0000000000"}
+    assert j["body"] == {"uid": "0x55d1", "response": "0x7ffd0000", "ps": "TCP", "qp_type": "RC",
+                         "reserved": "0000000000"}  # pointers in hex
+    code, out, _ = run(capsys, "decode", "--brief", line)
+    assert code == 0 and out == "CREATE_ID uid=0x55d1 response=0x7ffd0000 ps=TCP qp_type=RC\n"
+
+
+#: a trace as strace -f -y prints it: pid prefixes, the fd's path, octal escapes (no -x), an
+#: unfinished write, a line that is no write, and one write too short to be a command
+TRACE = "\n".join([
+    '[pid  4242] write(3</dev/infiniband/rdma_cm>, "%s", 32) = 32',
+    '[pid  4242] read(5, "x", 1) = 1',
+    'write(3, "%s", 24 <unfinished ...>',
+    "<... write resumed>) = 24",
+    'write(3, "\\x01\\x00", 2) = 2',
+]) % ("".join("\\x%02x" % b for b in COMMAND["CREATE_ID"].encode(0x55D1, 0x7FFD0000, 0x0106, 2, b"")),
+      "".join("\\%o" % b for b in COMMAND["DESTROY_ID"].encode(0x7FFD0000, 7, 0)))
+
+
+def test_decode_a_whole_trace_one_line_per_write(capsys, monkeypatch):
+    """Every write of a trace is decoded (it used to be the first, with the rest counted as
+    "trailing_bytes"), one JSON object a line with its line number; a write that does not
+    decode is named and the exit status says so (3)."""
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(TRACE))
+    code, out, err = run(capsys, "decode")
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [r["line"] for r in records] == [1, 3, 5]
+    assert records[0]["cmd"] == "CREATE_ID" and records[0]["body"]["response"] == "0x7ffd0000"
+    assert records[1]["cmd"] == "DESTROY_ID" and records[1]["body"]["id"] == 7
+    assert records[2]["error"]["struct"] == "rdma_ucm_cmd_hdr" and "needs 8 bytes, 2 left" in records[2]["error"]["message"]
+    assert code == output.EXIT_USAGE and "1 of 3 writes did not decode" in err
+    monkeypatch.setattr(sys, "stdin", io.StringIO(TRACE))
+    code, out, err = run(capsys, "decode", "--brief")
+    assert out.splitlines() == ["line 1: CREATE_ID uid=0x55d1 response=0x7ffd0000 ps=TCP qp_type=RC",
+                                "line 3: DESTROY_ID response=0x7ffd0000 id=7",
+                                "line 5: cannot decode rdma_ucm_cmd_hdr at offset 2: needs 8 bytes, 2 left"]
 
 
 def test_decode_of_a_quoted_buffer_strace_never_prints_is_a_usage_error(capsys):

@@ -6,7 +6,7 @@ Subcommands (``pyrdmacm COMMAND --help`` for each)::
     pyrdmacm route DST [--src SRC] [--json]          prediction only; needs no RDMA at all
     pyrdmacm devices [--json]                        devices, ports, GID tables, netdevs
     pyrdmacm probe [--json]                          device node, ABI, commands, netns mode
-    pyrdmacm decode HEX|STRACE-LINE [--reply KIND]   name the fields of a write or a reply
+    pyrdmacm decode HEX|STRACE-LINE|TRACE [--reply KIND] [--brief]   name the fields of writes or a reply
     pyrdmacm conformance [--json] [--local ADDR] [--case NAME]...
                                                      check the running kernel's rdma_cm contract
     pyrdmacm ping DST[:PORT] [--src SRC] [--ps tcp|udp] [--count N] [--private-data HEX]
@@ -146,7 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     dc = sub.add_parser("decode", help="decode a command write or a reply buffer (hex, or a line of strace -xx -s 4096 "
                         "-e trace=write -P /dev/infiniband/rdma_cm)")
-    dc.add_argument("data", nargs="*", help="hex bytes or an strace write(...) line (default: stdin)")
+    dc.add_argument("data", nargs="*", help="hex bytes, an strace write(...) line, or a whole trace (default: "
+                                            "stdin): every write of a trace is decoded, one JSON object a line")
+    dc.add_argument("--brief", action="store_true", help="one line per command: its name and fields, pointers in hex")
     dc.add_argument("--reply", metavar="KIND", help="decode a reply: CREATE_ID, GET_EVENT, QUERY:ADDR, QUERY:PATH, ...")
     dc.set_defaults(func=_command("diag", "cmd_decode"))
 

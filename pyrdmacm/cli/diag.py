@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import json
 import os
 import sys
 from typing import Any, Dict
@@ -118,18 +119,67 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return code
 
 
+#: the fields that hold a pointer of the writing process (uid: librdmacm's is its id's address)
+_POINTERS = frozenset(("uid", "response", "optval"))
+
+
+def _hex_pointers(obj: Any) -> Any:
+    """``obj`` with the pointers' values as 0x... text (a decimal address says nothing)."""
+    if isinstance(obj, dict):
+        return {k: ("0x%x" % v if k in _POINTERS and isinstance(v, int) else _hex_pointers(v)) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_hex_pointers(v) for v in obj]
+    return obj
+
+
+def _brief(out: Dict[str, Any]) -> str:
+    """One line for a decoded command: its name and its body's fields (pointers in hex)."""
+    body = out.get("body")
+    if not isinstance(body, dict):
+        return "%s %s" % (out["cmd"], body)
+    fields = []
+    for k, v in body.items():
+        if k == "reserved" or (isinstance(v, str) and k.startswith("reserved")):
+            continue
+        fields.append("%s=%s" % (k, json.dumps(v, separators=(",", ":")) if isinstance(v, (dict, list)) else
+                                 "-" if v is None else v))
+    extra = " (+%d bytes beyond in)" % out["trailing_bytes"] if out.get("trailing_bytes") else ""
+    return "%s %s%s" % (out["cmd"], " ".join(fields), extra)
+
+
 def cmd_decode(args: argparse.Namespace) -> int:
-    from ..decode import decode_command, decode_reply, parse_input
+    from ..decode import decode_command, decode_reply, parse_input, parse_writes
     from ..errors import DecodeError
 
     text = " ".join(args.data) if args.data else sys.stdin.read()
+    writes = [] if args.reply else parse_writes(text)
+    if len(writes) > 1:  # a trace: every write, one line each (JSON Lines, or --brief)
+        failed = 0
+        for n, line in writes:
+            try:
+                out = _hex_pointers(decode_command(parse_input(line)))
+            except DecodeError as e:
+                failed += 1
+                record: Dict[str, Any] = {"line": n, "error": {"struct": e.struct, "offset": e.offset,
+                                                               "message": _text(e)}}
+                print("line %d: %s" % (n, _text(e)) if args.brief else json.dumps(record))
+                continue
+            print("line %d: %s" % (n, _brief(out)) if args.brief else json.dumps(dict({"line": n}, **out)))
+        if failed:
+            _err("%d of %d writes did not decode" % (failed, len(writes)))
+            return EXIT_USAGE
+        return EXIT_OK
     try:
         data = parse_input(text)
         out = decode_reply(args.reply, data) if args.reply else decode_command(data)
     except DecodeError as e:
         _err(_text(e))
         return EXIT_USAGE
-    _print_json(out)
+    out = _hex_pointers(out)
+    if args.brief and not args.reply:
+        print(_brief(out))
+    else:
+        _print_json(out)
     return EXIT_OK
 
 

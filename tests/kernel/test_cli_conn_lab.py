@@ -209,6 +209,33 @@ def test_listen_disconnect_after_ends_ucmatose_s_client_run(peer):
         listen.stop()
 
 
+def test_decode_a_whole_rping_trace(peer, tmp_path):
+    """rping's client here, traced as the README says (strace -f -xx on the device node):
+    ``pyrdmacm decode`` reads every write of the trace, each a command by name, in order."""
+    server = peer.start(["rping", "-s", "-a", peer.address, "-C", "1", "-v"], line_buffered=True)
+    peer.wait_listening(7174, "TCP")
+    trace = tmp_path / "cm.trace"
+    traced = subprocess.run(["strace", "-f", "-xx", "-s", "4096", "-e", "trace=write", "-P", "/dev/infiniband/rdma_cm",
+                             "-o", str(trace), "rping", "-c", "-a", peer.address, "-C", "1", "-v"],
+                            capture_output=True, text=True, timeout=60)
+    assert traced.returncode == 0, traced.stdout + traced.stderr
+    code, sout, serr = server.wait(20)
+    assert code == 0, sout + serr
+    text = trace.read_text()
+    writes = [line for line in text.splitlines() if "write(" in line]
+    r = subprocess.run([*PYRDMACM, "decode"], input=text, capture_output=True, text=True, timeout=120)
+    show("here: pyrdmacm decode < rping's trace (%d writes)" % len(writes), r.returncode, r.stdout, r.stderr)
+    assert r.returncode == 0, r.stderr
+    records = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(records) == len(writes) > 6
+    cmds = [rec["cmd"] for rec in records]
+    assert cmds[0] == "CREATE_ID" and cmds[-1] == "DESTROY_ID"
+    for step in ("RESOLVE_ADDR", "RESOLVE_ROUTE", "CONNECT", "DISCONNECT"):
+        assert step in cmds, cmds
+    assert cmds.index("RESOLVE_ADDR") < cmds.index("RESOLVE_ROUTE") < cmds.index("CONNECT") < cmds.index("DISCONNECT")
+    assert all(rec["body"]["response"].startswith("0x") for rec in records if "response" in rec.get("body", {}))
+
+
 def test_ping_udaddy_server(peer):
     server = peer.start(["udaddy", "-b", peer.address, "-C", "0"], line_buffered=True)
     server.wait_for_line("starting server")

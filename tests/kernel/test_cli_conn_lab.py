@@ -158,6 +158,15 @@ def test_ping_pyrdmacm_listen_private_data_both_ways(peer):
     assert records[2]["qp_num"] == a["peer"]["qp_num"]  # and the one listen allocated, as the REP did
 
 
+def _ucmatose_client_completed(client) -> None:
+    """ucmatose's client on the peer finished its run: exit 0, "return status 0"."""
+    code, out, err = client.wait(30)
+    show("peer: " + " ".join(client.argv), code, out, err)
+    assert code == 0, out + err
+    assert out.splitlines() == ["cmatose: starting client", "cmatose: connecting", "test complete",
+                                "return status 0"]
+
+
 def test_listen_here_ucmatose_client_on_the_peer(peer):
     # ucmatose's client waits for the server to disconnect: listen's SIGTERM destroys the
     # connection (a DREQ), and it exits 0
@@ -176,11 +185,7 @@ def test_listen_here_ucmatose_client_on_the_peer(peer):
         assert code == 0 and "Traceback" not in err, err
         stopped = json.loads(seen[-1])
         assert stopped == dict(stopped, event="STOPPED", why="SIGTERM", requests=1, accepted=1)
-        code, out, err = client.wait(30)
-        show("peer: " + " ".join(client.argv), code, out, err)
-        assert code == 0, out + err
-        assert out.splitlines() == ["cmatose: starting client", "cmatose: connecting", "test complete",
-                                    "return status 0"]
+        _ucmatose_client_completed(client)
     finally:
         listen.stop()
 
@@ -200,11 +205,7 @@ def test_listen_disconnect_after_ends_ucmatose_s_client_run(peer):
         events = [json.loads(line)["event"] for line in seen]
         assert events == ["LISTENING", "CONNECT_REQUEST", "ACCEPT", "ESTABLISHED", "DISCONNECT", "DISCONNECTED",
                           "TIMEWAIT_EXIT", "STOPPED"], events
-        code, out, err = client.wait(30)
-        show("peer: " + " ".join(client.argv), code, out, err)
-        assert code == 0, out + err
-        assert out.splitlines() == ["cmatose: starting client", "cmatose: connecting", "test complete",
-                                    "return status 0"]
+        _ucmatose_client_completed(client)
     finally:
         listen.stop()
 

@@ -12,6 +12,7 @@ import asyncio
 from collections import deque
 from typing import TYPE_CHECKING, Any, AsyncIterator, Deque, Dict, Optional
 
+from ._aio_waiters import in_loop
 from ._router import Waiter
 from .errors import EventError, StateError
 from .events import Event
@@ -74,18 +75,8 @@ class Requests(Waiter):
         waiters = list(self.waiters)
         self.waiters.clear()
         for w in waiters:
-            if w.done():
-                continue
-            if w.get_loop().is_closed():  # nobody awaits it any more
-                continue
-            try:
-                here = asyncio.get_running_loop() is w.get_loop()
-            except RuntimeError:
-                here = False
-            if here:
-                _settle(w, error)
-            else:  # the listener was destroyed in another thread
-                w.get_loop().call_soon_threadsafe(_settle, w, error)
+            if not w.done():  # the listener may have been destroyed in another thread
+                in_loop(w.get_loop(), _settle, w, error)
 
 
 def _settle(w: "asyncio.Future[Optional[Event]]", error: Optional[BaseException]) -> None:

@@ -19,7 +19,7 @@ from .errors import EventError
 from .events import Event
 from .state import Call
 
-__all__ = ["BatchWaiter", "CloseWatch", "FutureWaiter", "event_error"]
+__all__ = ["BatchWaiter", "CloseWatch", "FutureWaiter", "event_error", "in_loop"]
 
 
 def event_error(ev: Event, call: Union[Call, str], kwargs: Optional[Dict[str, Any]]) -> EventError:
@@ -37,27 +37,26 @@ def event_error(ev: Event, call: Union[Call, str], kwargs: Optional[Dict[str, An
     return EventError(ev, command, src=src, dst=getattr(cm_id, "destination", None))
 
 
-def _set_exception(fut: "asyncio.Future[Any]", error: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(error)
-
-
-def _fail_soon(fut: "asyncio.Future[Any]", error: BaseException) -> None:
-    """Fail ``fut`` with ``error`` from any thread: at once in its loop's, else through it."""
-    if fut.done():
-        return
-    loop = fut.get_loop()
+def in_loop(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
+    """``fn(*args)`` in ``loop``'s thread: at once when called there, else through the loop
+    (a destroy() or close() in another thread); nothing when the loop is closed (nobody
+    awaits its futures any more)."""
     try:
         here = asyncio.get_running_loop() is loop
     except RuntimeError:
         here = False
     if here:
-        fut.set_exception(error)
+        fn(*args)
         return
     try:
-        loop.call_soon_threadsafe(_set_exception, fut, error)
-    except RuntimeError:  # its loop is closed: nobody awaits the future any more
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:
         pass
+
+
+def _set_exception(fut: "asyncio.Future[Any]", error: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(error)
 
 
 class FutureWaiter(Waiter):
@@ -81,19 +80,19 @@ class FutureWaiter(Waiter):
 
     def end(self, uid: int, error: BaseException) -> None:
         self.error = error
-        _fail_soon(self.fut, error)
+        if not self.fut.done():
+            in_loop(self.fut.get_loop(), _set_exception, self.fut, error)
 
 
-class BatchWaiter(Waiter):
+class BatchWaiter(FutureWaiter):
     """The outcome events of many ids, in their order, behind one future: the waiter of all
     their uids (no object per id)."""
 
-    __slots__ = ("fut", "raising", "call", "kwargs", "index", "events", "left")
+    __slots__ = ("index", "events", "left")
 
     def __init__(self, take: Any, fut: "asyncio.Future[List[Event]]", raising: bool, call: Call,
                  kwargs: Dict[str, Any], index: Dict[int, int]) -> None:
-        self.take, self.fut, self.raising, self.call, self.kwargs = take, fut, raising, call, kwargs
-        self.event = self.error = None
+        super().__init__(take, fut, raising, call, kwargs)
         #: uid -> the id's place in the batch (and in the result)
         self.index = index
         self.events: List[Any] = [None] * len(index)
@@ -108,12 +107,7 @@ class BatchWaiter(Waiter):
         if self.raising and (not ok or ev.status):
             fut.set_exception(event_error(ev, self.call, self.kwargs))
         elif not self.left:
-            self.event = ev
             fut.set_result(self.events)
-
-    def end(self, uid: int, error: BaseException) -> None:
-        self.error = error
-        _fail_soon(self.fut, error)
 
 
 class CloseWatch(Waiter):
@@ -131,14 +125,4 @@ class CloseWatch(Waiter):
         loop = adapter._loop if adapter is not None else None
         if adapter is None or loop is None or not adapter.channel.closed:
             return  # not a close: the adapter's own _shutdown ended it
-        try:
-            here = asyncio.get_running_loop() is loop
-        except RuntimeError:
-            here = False
-        if here:
-            adapter._shutdown("by EventChannel.close()")
-        else:
-            try:
-                loop.call_soon_threadsafe(adapter._shutdown, "by EventChannel.close()")
-            except RuntimeError:  # that loop is closed
-                pass
+        in_loop(loop, adapter._shutdown, "by EventChannel.close()")

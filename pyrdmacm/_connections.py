@@ -20,7 +20,8 @@ from .addr import Address
 from .errors import EventError, KernelError, StateError, UsageError
 from .events import Event
 from .records import ConnParam
-from .state import Call, Kind, Life
+from ._life import Life
+from .state import Call, Kind
 
 __all__ = ["Connections"]
 
@@ -59,10 +60,6 @@ class Connections(Life):
         def kind(self) -> Kind: ...
 
         def _peer(self) -> Optional[Address]: ...
-
-        def _ready(self, call: Call) -> None: ...
-
-        def _call(self, call: Call, data: bytes, command: str, **ctx: Any) -> None: ...
 
         def _complete(self, call: Call, command: str, membership: Any = None, **ctx: Any) -> Event[Any]: ...
 

@@ -14,7 +14,7 @@ from typing import Any, Iterable, List, Optional, Union
 
 from . import _process, abi
 from ._channel import Channel
-from ._lifecycle import UnackedEventsWarning, create, create_many, destroy_many
+from ._life import UnackedEventsWarning, create_many, destroy_many
 from .cmid import CmId
 from .state import rules_for
 
@@ -39,7 +39,7 @@ class EventChannel(Channel[CmId]):
         """A new id on this channel: ``rdma_create_id(channel, &id, context, ps)``: the same id
         as ``CmId(channel, ps, ...)``."""
         if ps is _PS_TCP and qp_type is None and context is None and self._live == _process.PID:
-            cm_id: CmId = create(_new_object(CmId), self, _TCP_RC)  # what CmId() does, without its checks
+            cm_id: CmId = _new_object(CmId)._create(self, _TCP_RC)  # what CmId() does, without its checks
             return cm_id
         return CmId(self, ps, qp_type=qp_type, context=context)
 

@@ -5,14 +5,14 @@ Theory of operation
 A :class:`CmId` is one kernel id (``rdma_create_id``), registered on its
 :class:`~pyrdmacm.channel.EventChannel` under a uid unique in the process.  Its
 state follows the kernel's, from the calls made and the events read, as the
-table of :mod:`pyrdmacm.state` says (a CmId is a :class:`~pyrdmacm.state.Life`, whose
+table of :mod:`pyrdmacm.state` says (a CmId is a :class:`~pyrdmacm._life.Life`, whose
 methods alone assign its state); an illegal call raises
 :class:`~pyrdmacm.errors.StateError` before any syscall.  Every call goes the
-same way (:meth:`CmId._call`): check the arguments (UsageError), move the id
-(``Life._begin``), write the command (:mod:`pyrdmacm.wire` encodes it, the
-channel's transport writes it), and move it back if the kernel refuses
-(``Life._rollback``) -- so an event that another thread reads while the writer
-is still in ``write()`` finds the id where the command left it.
+same way: check the arguments (UsageError), encode the command (:mod:`pyrdmacm.wire`),
+and make the call (``Life._call``: the id moves, the channel's transport writes the
+command, and the id moves back if the kernel refuses) -- so an event that another
+thread reads while the writer is still in ``write()`` finds the id where the command
+left it.
 
 librdmacm queries the kernel (QUERY ADDR, GID, PATH) after every event;
 pyrdmacm asks on first use of what they return (``local_addr``, ``device``,
@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, TypeVar, Uni
 from . import _process, abi, wire
 from ._channel import Channel
 from ._connections import Connections
-from ._lifecycle import create, destroy_one, unacked_warning
 from .membership import Membership
 from ._queries import Queries
 from ._params import (OPTIONS, check_int, port_space)
@@ -90,9 +89,6 @@ class CmId(Connections, Queries):
     """
 
     __slots__ = (
-        "channel",
-        "handle",
-        "uid",
         "_sync",
         "_dst",
         "_context",
@@ -125,7 +121,7 @@ class CmId(Connections, Queries):
             channel._check()
         if context is not None:
             self._context = context
-        create(self, channel, rules)
+        self._create(channel, rules)
 
     def _own_channel(self, channel: "Optional[Channel[CmId]]") -> "Channel[CmId]":
         """The channel of an id made with ``channel`` of another class than the last one: a
@@ -184,36 +180,7 @@ class CmId(Connections, Queries):
     def __repr__(self) -> str:
         return "<CmId uid=%d handle=%s %s %s>" % (self.uid, getattr(self, "handle", "?"), self.ps.name, self._state)
 
-    # -- the general path of every call
-    def _ready(self, call: Call) -> None:
-        """StateError, before any syscall, unless ``call`` may be made now: the id's channel
-        open (and this process's), the call legal in the id's state."""
-        ch = self.channel
-        if ch._live != _process.PID:
-            if ch.closed:
-                raise StateError("%s: the id's event channel is closed (closing it destroyed the id)" % call)
-            ch._check()
-        self._allowed(call)
-
-    def _call(self, call: Call, data: bytes, command: str, **ctx: Any) -> None:
-        """Write the command of ``call``: the id moves before the write, and back if the kernel
-        refuses it.  ``ctx`` names what the refusal's error shows (by default the peer's
-        address: ``dst``)."""
-        ch = self.channel
-        if ch._live != _process.PID:
-            self._ready(call)  # raises, saying why
-        old = self._begin(call)
-        try:
-            n = ch._write(data)
-        except OSError as e:
-            self._rollback(call, old)
-            raise ch._refused(e, command, ctx or {"dst": self._peer()}) from None
-        except BaseException:
-            self._rollback(call, old, refused=False)
-            raise
-        if n != len(data):
-            raise ch._short(n, data, command)
-
+    # -- the general path of every call: Life._call (check, move, write, undo on refusal)
     def _complete(self, call: Call, command: str, membership: "Optional[Membership]" = None,
                   **ctx: Any) -> Event:
         """Sync mode: wait for this id's outcome event (:data:`~pyrdmacm.state.OUTCOMES`), or
@@ -239,10 +206,10 @@ class CmId(Connections, Queries):
         a = parse_address(addr)
         if self.channel.legacy:
             data = _CMD["BIND_IP"].encode(0, a.pack_in6(), self.handle)
-            self._call(Call.BIND_ADDR, data, "BIND_IP", src=a)
+            self._call(Call.BIND_ADDR, data, "BIND_IP", {"src": a})
         else:
             data = _CMD["BIND"].encode(self.handle, a.size, 0, a.pack_storage())
-            self._call(Call.BIND_ADDR, data, "BIND", src=a)
+            self._call(Call.BIND_ADDR, data, "BIND", {"src": a})
 
     def resolve_addr(self, dst: AddressLike, *, src: Optional[AddressLike] = None,
                      timeout_ms: int = 2000) -> Optional[Event]:
@@ -268,7 +235,7 @@ class CmId(Connections, Queries):
         else:
             d, s, data, command = self._resolve_addr_command(dst, src, timeout_ms)
         self._dst = d
-        self._call(_RESOLVE_ADDR_CALL, data, command, src=s, dst=d)
+        self._call(_RESOLVE_ADDR_CALL, data, command, None if s is None else {"src": s, "dst": d})
         if ch._wait_first and self.sync:  # a sync id's channel is its own
             return self._complete(_RESOLVE_ADDR_CALL, command, src=s, dst=d)
         return None
@@ -360,7 +327,7 @@ class CmId(Connections, Queries):
             command = "JOIN_MCAST"
         ch._mcs[m.uid] = m  # before the write: its event may come at once
         try:
-            self._call(Call.JOIN_MULTICAST, data, command, dst=a)
+            self._call(Call.JOIN_MULTICAST, data, command, {"dst": a})
         except BaseException:
             ch._mcs.pop(m.uid, None)
             raise
@@ -502,31 +469,6 @@ class CmId(Connections, Queries):
         self.channel.submit(_CMD["WRITE_CM_EVENT"].encode(self.handle, 0, int(E.USER), status & 0xFFFFFFFF, param),
                             "WRITE_CM_EVENT")
 
-
-    def destroy(self) -> int:
-        """Destroy the id (DESTROY_ID): ``rdma_destroy_id``.  Returns ``events_reported``.
-
-        Never blocks: events not yet acked are reported with an
-        :class:`UnackedEventsWarning` (librdmacm would wait for them for ever).
-
-        Destroying is a CM verb: by the connection's state the kernel's IB CM sends the peer
-        a REJ 4 (TIMEOUT: our REQ was still outstanding), a REJ 28 without data (a request
-        not yet answered, or a REP not yet answered by an RTU), a DREQ and timewait (an
-        established connection), or the DREP (a DREQ received and not yet answered).  UD
-        ids send nothing.  Closing the channel destroys all its ids the same way.
-        """
-        ch = self.channel
-        if ch._live != _process.PID:
-            if ch.closed:
-                self._closed()
-                raise StateError("destroy: the id's event channel is closed (the kernel destroyed its ids then)")
-            ch._check()
-        reported = destroy_one(self)
-        if self._unacked:
-            warnings.warn(unacked_warning([self], True), stacklevel=2)
-        if ch._wait_first and self.sync and not ch._ids:  # a sync id's channel is its own: closed with
-            ch.close()  # its last id (a sync listener's rejected request must not close the listener's)
-        return reported
 
     def __enter__(self) -> "CmId":
         return self

@@ -27,6 +27,7 @@ from ._codec import CODECS
 from .errors import errno_name
 from .records import ConnParam
 from .state import FAILURE_EVENTS
+from ._life import ack as _ack
 from .wire import decode_conn, decode_ud
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -272,11 +273,9 @@ class Event(Generic[_Id]):
         p = self.param
         return b"" if p is None or isinstance(p, tuple) else p.private_data
 
-    def ack(self) -> None:
-        """Acknowledge the event (optional: pyrdmacm never blocks on unacked events)."""
-        ack = getattr(self._id, "_ack", None)
-        if ack is not None:  # an event made by hand may name no id
-            ack()
+    #: acknowledge the event (``rdma_ack_cm_event``; optional: pyrdmacm never blocks on
+    #: unacked events): :func:`pyrdmacm.state.ack`, the state module's own
+    ack = _ack
 
     def __enter__(self) -> "Event":
         return self

@@ -3,9 +3,9 @@
 Theory of operation
 -------------------
 Pure code, no I/O (h11's shape): the channel and the ids ask this module what a
-call or an event does, and :class:`Life` -- what every id is -- applies the answer:
-its methods are the only code that assigns an id's state, its count of events not
-acknowledged and its cached query answers.
+call or an event does, and :class:`~pyrdmacm._life.Life` -- what every id is -- applies
+the answer: its methods are the only code that assigns an id's state, its count of
+events not acknowledged and its cached query answers.
 
 An id's :class:`State` is the kernel's ``enum rdma_cm_state`` as seen from
 userspace, with the three steps of a connection the kernel keeps under one
@@ -30,11 +30,10 @@ outcome is complete when its write returns.
 from __future__ import annotations
 
 import enum
-from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import Dict, FrozenSet, Iterable, Mapping, NamedTuple, Optional, Tuple, Union
 
 from .abi import CmEventType as E
 from .abi import PortSpace, QpType
-from .errors import StateError
 
 __all__ = [
     "State",
@@ -53,7 +52,6 @@ __all__ = [
     "events_after",
     "Rules",
     "rules_for",
-    "Life",
     "AFTER_REFUSAL",
 ]
 
@@ -452,93 +450,3 @@ def refusal(kind: Kind, state: State, call: Call) -> str:
         if other is not kind and (other, state, call) in TRANSITIONS:
             return "%s is not for a %s id (%s ids take it in state %s)" % (call, kind.value, other.value, state)
     return "%s is not allowed in state %s: it needs %s" % (call, state, _NEEDS[call])
-
-
-class Life:
-    """An id's life as this module rules it: its :class:`Rules`, its state, how many of its
-    events are not acknowledged, and its cached query answers.
-
-    :class:`~pyrdmacm.cmid.CmId` is a Life; the methods below are the only code that assigns
-    these four (h11's rule: one owner writes the state machine).  A call moves the id before
-    its command is written (:meth:`_begin`), so that an event another thread reads meanwhile
-    finds the id where the command left it, and back when the kernel refused the command
-    (:meth:`_rollback`); an event moves it as the table says (:meth:`_on_event`).
-    """
-
-    __slots__ = ("_rules", "_state", "_unacked", "_cache")
-
-    _rules: Rules
-    _state: State
-    _unacked: int
-    _cache: Optional[List[Any]]
-
-    def _born(self, rules: Rules, state: State = S.IDLE) -> None:
-        """A new id of ``rules``' kind, in ``state`` (IDLE; REQUEST for a connection request's)."""
-        self._rules = rules
-        self._state = state
-        self._unacked = 0
-        self._cache = None
-
-    def _begin(self, call: Call) -> State:
-        """``call`` starts: the id moves where the table says (StateError, before any syscall,
-        if the call is illegal here) and its cached answers go.  Returns the state before."""
-        old = self._state
-        new = self._rules.calls[call].get(old)
-        if new is None:
-            raise StateError("%s (uid %d)" % (refusal(self._rules.kind, old, call), getattr(self, "uid", 0)))
-        self._state = new
-        self._cache = None
-        return old
-
-    def _allowed(self, call: Call) -> None:
-        """StateError if ``call`` is illegal in the id's state (a call that moves nothing)."""
-        if self._state not in self._rules.calls[call]:
-            raise StateError("%s (uid %d)" % (refusal(self._rules.kind, self._state, call), getattr(self, "uid", 0)))
-
-    def _rollback(self, call: Call, old: State, refused: bool = True) -> None:
-        """The command of ``call`` did not go through (``refused``: the kernel said no): back to
-        ``old``, or where the kernel's own answer to the refusal leaves the id
-        (:data:`AFTER_REFUSAL`) -- unless an event moved the id meanwhile."""
-        if self._state is self._rules.calls[call].get(old):
-            self._state = AFTER_REFUSAL.get(call, old) if refused else old
-
-    def _on_event(self, number: int, count: bool = True) -> E:
-        """An event of the kernel's ``number`` for this id, one of the table's plain rows: the id
-        moves, its answers go, the event counts as not acknowledged (unless not ``count``:
-        read and acknowledged at once).  KeyError (nothing changed) for an event with
-        effects (:data:`EVENTS_WITH_EFFECTS`) or of an unknown number:
-        :meth:`_on_event_with_effects` takes those."""
-        ev, self._state = self._rules.events[number][self._state]
-        self._cache = None
-        if count:
-            self._unacked += 1
-        return ev
-
-    def _on_event_with_effects(self, event: Union[E, int]) -> None:
-        """Any event (a destroyed id stays destroyed): the id moves as :func:`after_event`
-        says, its answers go, the event counts as not acknowledged."""
-        if self._state is not S.DESTROYED:
-            self._state = after_event(self._rules.kind, self._state, event)
-            self._cache = None
-        self._unacked += 1
-
-    def _counted(self) -> None:
-        """An event handed out for this id that moves nothing (a request's, on its new id)."""
-        self._unacked += 1
-
-    def _ack(self) -> None:
-        """One of its events is acknowledged."""
-        if self._unacked <= 0:
-            raise StateError("ack: every event of id uid %d was already acked" % getattr(self, "uid", 0))
-        self._unacked -= 1
-
-    def _closed(self) -> None:
-        """Its channel was closed: the kernel destroyed it."""
-        self._state = self._rules.calls[C.DESTROY].get(self._state, S.DESTROYED)
-
-    def _answers(self) -> List[Any]:
-        """The cached query answers (``[addr info, gids]``), until the id moves; made on first use."""
-        cache = self._cache
-        if cache is None:
-            cache = self._cache = [None, None]
-        return cache

@@ -66,8 +66,6 @@ NO_ECE = (0, 0)  # the ece of nearly every event, shared: one allocation less pe
 _GET_EVENT = wire.COMMAND["GET_EVENT"]
 _DISCONNECT = wire.DISCONNECT
 _NOTHING = object()
-#: what the read returns for an event it gave to a waiter (see :mod:`pyrdmacm._router`)
-_ROUTED: Any = object()
 
 
 class Channel(Generic[_Id]):
@@ -224,7 +222,8 @@ class Channel(Generic[_Id]):
         return KernelError(errno.ENODATA, command, hint="short write (%d of %d bytes)" % (n, len(data)))
 
     # -- events
-    def get_event(self, timeout: Optional[float] = None) -> Optional[Event[_Id]]:
+    def get_event(self, timeout: Optional[float] = None, _count: bool = True, _burst: bool = False,
+                  _held: bool = False) -> Optional[Event[_Id]]:
         """The next event (GET_EVENT): ``rdma_get_cm_event``; None when none came within
         ``timeout`` seconds (None: wait for ever; 0: only look).
 
@@ -233,27 +232,93 @@ class Channel(Generic[_Id]):
         answers a pending wait (:meth:`expect`) goes to that wait instead.  One reader at a
         time: a second thread's call raises StateError.  ``close()`` from another thread
         ends a wait with StateError; a signal's handler runs and the wait goes on."""
+        # The one read of every reader.  get_events and wait() call it holding the reader guard
+        # (``_held``: they look at the queue of kept events themselves); ``_burst`` reads the
+        # rest of a burst, which ends at the first EAGAIN or a fault (None; a burst's EAGAIN is
+        # no empty look); without ``_count`` an event is acknowledged as it is read.
+        #
+        # A GET_EVENT on the non-blocking fd, and a wait while nothing is queued, until
+        # ``timeout``; the event decoded, its id found and moved (the life module's rows), the
+        # event made, and given to the wait it answers, if any (then the next is read, within
+        # the time left).  A read that follows a look which found the queue empty waits first,
+        # as does a sync id's private channel (its event is almost never there right after its
+        # command), as librdmacm's blocking read does, instead of a GET_EVENT that can only say
+        # EAGAIN.
         if timeout is not None and (timeout.__class__ is not int or timeout < 0):
             timeout = timeout_seconds(timeout)
-        if self._live != _process.PID:
-            self._check()
-        slot = self._reader_slot  # the one-reader guard, only tried (see _busy)
+        if not _held:
+            if self._live != _process.PID:
+                self._check()
+            try:  # the one-reader guard, only tried (see _busy)
+                self._reader_slot.pop()
+            except IndexError:
+                raise self._busy() from None
         try:
-            slot.pop()
-        except IndexError:
-            raise self._busy() from None
-        try:
-            if self._queued:
+            if self._queued and not _held:
                 return self._queued.popleft()
-            start = _monotonic() if self._waits and timeout else 0.0
-            ev = self._read(timeout, True)
-            while ev is _ROUTED:  # given to a waiter: the next, within the time left
-                ev = self._read(timeout and max(0.0, (start or _monotonic()) + timeout - _monotonic()), True)
-            return ev
+            deadline: Any = _UNSET
+            if (self._drained or self._wait_first) and timeout != 0:
+                deadline = None if timeout is None else _monotonic() + timeout
+                if not self._wait_readable(deadline):
+                    return None
+                self._drained = False
+            write, data, view, ids, waits = self._write, self._b_get_event, self._event_view, self._ids, self._waits
+            while True:
+                try:
+                    write(data)
+                except BlockingIOError:
+                    if _burst:
+                        return None
+                    self._drained = True
+                    if timeout == 0:
+                        return None  # only looking: nothing queued
+                    if deadline is _UNSET:
+                        deadline = None if timeout is None else _monotonic() + timeout
+                    if not self._wait_readable(deadline):
+                        return None
+                    continue
+                except OSError as e:
+                    if _burst:
+                        return None  # the next call reports it
+                    raise self._read_fault(e) from None
+                uid, handle, number, status, raw, vid, mod = _UNPACK_EVENT(view)
+                cm_id = ids.get(uid)
+                waited = uid in waits
+                event: Any = None
+                if cm_id is not None:
+                    try:  # a waited event is not counted: its wait takes it, or it counts below
+                        ev = cm_id._on_event(number, _count and not waited)
+                    except KeyError:  # an event with effects, or a number the table does not know
+                        pass
+                    else:
+                        event = Event(ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE)
+                        if not waited:
+                            return event  # type: ignore[no-any-return]
+                        if not waits.route(uid, event):
+                            if _count:
+                                cm_id._counted()
+                            return event  # type: ignore[no-any-return]
+                if event is None:
+                    event = self._dispatch(uid, handle, number, status, raw, (vid, mod) if vid or mod else NO_ECE)
+                    if event is not None:  # counted
+                        if not (waited and waits.route(uid, event)):
+                            if not _count:
+                                event.ack()
+                            return event  # type: ignore[no-any-return]
+                        event.ack()
+                # given to the wait it answers, or dropped (its id destroyed meanwhile, or a group
+                # left): the next, within the time left; a look (timeout 0) reads on past events it
+                # routes, and never for ever (a stream of dropped events ends it)
+                if timeout is not None and (timeout or event is None):
+                    if deadline is _UNSET:
+                        deadline = _monotonic() + timeout
+                    elif _monotonic() >= deadline:
+                        return None
         finally:
-            if self._grave or self.closed:
-                self._let_go()
-            slot.append(True)
+            if not _held:
+                if self._grave or self.closed:
+                    self._let_go()
+                self._reader_slot.append(True)
 
     def get_events(self, max_events: int = 64, timeout: Optional[float] = 0, *, ack: bool = False) -> List[Event[_Id]]:
         """Up to ``max_events`` queued events in one call (a GET_EVENT each), waiting ``timeout``
@@ -276,99 +341,22 @@ class Channel(Generic[_Id]):
                 if ack:
                     ev.ack()
                 out.append(ev)
+            read = self.get_event
             if not out:
-                start = _monotonic() if self._waits and timeout else 0.0
-                first = self._read(timeout, count)
-                while first is _ROUTED:
-                    first = self._read(timeout and max(0.0, (start or _monotonic()) + timeout - _monotonic()),
-                                       count)
+                first = read(timeout, count, False, True)
                 if first is None:
                     return out
                 out.append(first)
-            read = self._read
             while len(out) < max_events:
-                more = read(0, count, True)
+                more = read(0, count, True, True)
                 if more is None:
-                    break  # drained (a burst's end, not an empty look), or an id destroyed meanwhile
-                if more is not _ROUTED:
-                    out.append(more)
+                    break  # drained (a burst's end, not an empty look)
+                out.append(more)
             return out
         finally:
             if self._grave or self.closed:
                 self._let_go()
             slot.append(True)
-
-    def _read(self, timeout: Optional[float], count: bool, burst: bool = False) -> Optional[Event[_Id]]:
-        """The one read of every reader, under its guard: GET_EVENT on the non-blocking fd, and
-        a wait while nothing is queued, until ``timeout`` (0: only look; None: for ever); the
-        event decoded, its id found and moved (the state module's rows), the event made, and
-        given to the wait it answers (then ``_ROUTED`` is returned: the caller reads on).
-
-        A read that follows a look which found the queue empty waits first, as does a sync
-        id's private channel (its event is almost never there right after its command), as
-        librdmacm's blocking read does, instead of a GET_EVENT that can only say EAGAIN.
-        ``count``: the event counts as not acknowledged (get_events(ack=True): it does not).
-        ``burst``: the rest of a get_events burst, which ends at the first EAGAIN, a fault or
-        an event of an id destroyed meanwhile (None; a burst's EAGAIN is no empty look)."""
-        deadline: Any = _UNSET
-        if (self._drained or self._wait_first) and timeout != 0:
-            deadline = None if timeout is None else _monotonic() + timeout
-            if not self._wait_readable(deadline):
-                return None
-            self._drained = False
-        write, data, view, ids, waits = self._write, self._b_get_event, self._event_view, self._ids, self._waits
-        while True:
-            try:
-                write(data)
-            except BlockingIOError:
-                if burst:
-                    return None
-                self._drained = True
-                if timeout == 0:
-                    return None  # only looking: nothing queued
-                if deadline is _UNSET:
-                    deadline = None if timeout is None else _monotonic() + timeout
-                if not self._wait_readable(deadline):
-                    return None
-                continue
-            except OSError as e:
-                if burst:
-                    return None  # the next call reports it
-                raise self._read_fault(e) from None
-            uid, handle, number, status, raw, vid, mod = _UNPACK_EVENT(view)
-            cm_id = ids.get(uid)
-            waited = uid in waits
-            if cm_id is not None:
-                try:  # a waited event is not counted: its wait takes it, or it counts below
-                    ev = cm_id._on_event(number, count and not waited)
-                except KeyError:  # an event with effects, or a number the table does not know
-                    pass
-                else:
-                    event = Event(ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE)
-                    if not waited:
-                        return event
-                    if waits.route(uid, event):
-                        return _ROUTED  # type: ignore[no-any-return]
-                    if count:
-                        cm_id._counted()
-                    return event
-            other = self._dispatch(uid, handle, number, status, raw, (vid, mod) if vid or mod else NO_ECE)
-            if other is not None:  # counted
-                event = other
-                if waited and waits.route(uid, event):
-                    event.ack()
-                    return _ROUTED  # type: ignore[no-any-return]
-                if not count:
-                    event.ack()
-                return event
-            # dropped (its id destroyed meanwhile): read the next, within the deadline
-            if burst:
-                return None
-            if timeout is not None:
-                if deadline is _UNSET:
-                    deadline = _monotonic() + timeout
-                elif _monotonic() >= deadline:
-                    return None
 
     def _hold(self) -> List[bool]:
         """Take the one-reader guard (StateError if another thread reads): the slot to give
@@ -538,15 +526,15 @@ class Channel(Generic[_Id]):
             look = not self._wait_first  # a sync id's own channel: its event is rarely there yet
             while not waiter.done:
                 if look:
-                    ev = self._read(0, True)
-                    if ev is _ROUTED:
-                        continue
+                    ev = self.get_event(0, True, False, True)  # reads on past the events it routes
                     if ev is not None:
                         if drop:
                             ev.ack()
                         else:
                             self._queued.append(ev)
                         continue
+                    if waiter.done:
+                        break
                 look = True
                 if not self._wait_readable(deadline):
                     break  # timed out (a wake-up: the loop looks whether the wait ended)

@@ -41,7 +41,8 @@ from typing import Any, Deque, Dict, Generic, Iterator, List, Optional, Tuple, T
 
 from . import _device, _process, abi, wire
 from ._device import KernelDevice, ReplyBuffer, Transport, Waker, timeout_seconds
-from ._router import Router, Waiter
+from ._router import Router
+from ._waiting import Waiting
 from .membership import Membership
 from .errors import KernelError, StateError, UsageError
 from .events import _TYPES, _UNPACK_EVENT, EVENT_RESP_SIZE, Event
@@ -68,7 +69,7 @@ _DISCONNECT = wire.DISCONNECT
 _NOTHING = object()
 
 
-class Channel(Generic[_Id]):
+class Channel(Waiting, Generic[_Id]):
     """One rdma_cm fd: ``fileno()`` for select/poll, ``get_event()`` to read events.
 
     ``Channel()`` opens the kernel device; ``Channel(transport)`` uses any
@@ -92,6 +93,10 @@ class Channel(Generic[_Id]):
             raise
         #: the one way a command reaches the kernel: the transport's write (the fd owner's)
         self._write = self._t.write
+        #: the reader's write (GET_EVENT), made holding the reader guard: the device's own
+        #: uncounted write where it has one (the guard counts the reader in: the fds are
+        #: released only by whoever holds it, see close())
+        self._read_write = getattr(self._t, "guarded_write", None) or self._t.write
         #: the registry: uid -> the id its events are for
         self._ids: Dict[int, Any] = {}
         #: multicast memberships (their events carry the membership's own uid)
@@ -157,16 +162,23 @@ class Channel(Generic[_Id]):
             self._queued.clear()
             self._waits.end_all(StateError("the channel was closed (by close()): the kernel destroyed its ids"))
         self._waker.signal()  # wake a waiting reader: it raises "closed" (never a forked child's)
-        self._t.close()  # the fd is released now, or by the last write in flight
-        slot = self._reader_slot
+        if os.getpid() != self._pid:  # a forked child closes its own copies: it has no reader
+            self._release()
+            return
         try:
-            slot.pop()
+            self._reader_slot.pop()  # taken for good: a closed channel has no reader
         except IndexError:
-            return  # the waiting reader closes the waker on its way out
+            return  # a reader holds the guard: it releases the fds as it gives the guard back
+        self._release()
+
+    def _release(self) -> None:
+        """Close the device and the waker: the fd is released now, or by the last command
+        write in flight (the device counts those); the reader's writes are counted by the
+        reader guard, which whoever releases holds."""
         try:
-            self._waker.close()
+            self._t.close()
         finally:
-            slot.append(True)
+            self._waker.close()
 
     def __enter__(self: _Self) -> _Self:
         return self
@@ -262,7 +274,7 @@ class Channel(Generic[_Id]):
                 if not self._wait_readable(deadline):
                     return None
                 self._drained = False
-            write, data, view, ids, waits = self._write, self._b_get_event, self._event_view, self._ids, self._waits
+            write, data, view, ids, waits = self._read_write, self._b_get_event, self._event_view, self._ids, self._waits
             while True:
                 try:
                     write(data)
@@ -308,7 +320,10 @@ class Channel(Generic[_Id]):
                         event.ack()
                 # given to the wait it answers, or dropped (its id destroyed meanwhile, or a group
                 # left): the next, within the time left; a look (timeout 0) reads on past events it
-                # routes, and never for ever (a stream of dropped events ends it)
+                # routes, and never for ever (a stream of dropped events ends it); a close() from
+                # another thread ends it too (the fd stays open until this reader is out)
+                if self.closed:
+                    raise StateError("the event channel was closed (by another thread) while reading events")
                 if timeout is not None and (timeout or event is None):
                     if deadline is _UNSET:
                         deadline = _monotonic() + timeout
@@ -318,7 +333,8 @@ class Channel(Generic[_Id]):
             if not _held:
                 if self._grave or self.closed:
                     self._let_go()
-                self._reader_slot.append(True)
+                else:
+                    self._reader_slot.append(True)
 
     def get_events(self, max_events: int = 64, timeout: Optional[float] = 0, *, ack: bool = False) -> List[Event[_Id]]:
         """Up to ``max_events`` queued events in one call (a GET_EVENT each), waiting ``timeout``
@@ -356,7 +372,8 @@ class Channel(Generic[_Id]):
         finally:
             if self._grave or self.closed:
                 self._let_go()
-            slot.append(True)
+            else:
+                slot.append(True)
 
     def _hold(self) -> List[bool]:
         """Take the one-reader guard (StateError if another thread reads): the slot to give
@@ -369,13 +386,19 @@ class Channel(Generic[_Id]):
         return slot
 
     def _let_go(self) -> None:
-        """What a reader does as it gives the guard back, when there is something to do: ids
-        destroyed while it held the guard can have no event read any more (the grave
-        empties); a close meanwhile left the waker for this reader to close."""
+        """Give the reader guard back, when there is something to do as well: ids destroyed
+        while it was held can have no event read any more (the grave empties); after a
+        close() that found the guard held, whoever takes it back releases the fds."""
         if self._grave:
             self._grave.clear()
+        slot = self._reader_slot
+        slot.append(True)
         if self.closed:
-            self._waker.close()
+            try:
+                slot.pop()
+            except IndexError:
+                return  # close() took it: close() releases them
+            self._release()
 
     def _read_fault(self, e: OSError) -> Exception:
         """What a refused GET_EVENT means."""
@@ -475,87 +498,6 @@ class Channel(Generic[_Id]):
         ch: Channel[_Id] = Channel(reopen(), legacy=self.legacy)
         ch._wait_first = True
         return ch
-
-    # -- waits: one way for everything that waits for the event answering a call
-    def expect(self, uid: int, waiter: Waiter) -> Waiter:
-        """Route the next event of ``uid`` (an id's, a membership's; a listener's for its
-        requests) that ``waiter`` takes to it, acknowledged, instead of to get_event: see
-        :mod:`pyrdmacm._router`.  Call it after the command (the event is read by this
-        channel's reader, which is not reading yet) or before; :meth:`wait` waits for it,
-        or the reader of an event loop delivers it.  Ends with StateError when the id is
-        destroyed or migrated away, or the channel closed."""
-        if self._live != _process.PID:
-            self._check()
-        waits = self._waits
-        if waits.setdefault(uid, waiter) is not waiter:  # another call of the id is pending
-            waits.add(uid, waiter)
-        return waiter
-
-    def expect_many(self, uids: List[int], waiter: Waiter) -> Waiter:
-        """:meth:`expect` for many uids with one waiter (a batch: it is given one event of each)."""
-        if self._live != _process.PID:
-            self._check()
-        self._waits.add_many(uids, waiter)
-        return waiter
-
-    def end_waits(self, error: BaseException) -> None:
-        """End every pending wait with ``error`` (an event loop's reader that cannot go on)."""
-        self._waits.end_all(error)
-
-    @property
-    def waiting(self) -> int:
-        """How many uids have a wait pending (:meth:`expect`)."""
-        return len(self._waits)
-
-    def forget(self, uid: int, waiter: Waiter) -> None:
-        """Give up ``waiter`` (a wait timed out or interrupted): its event goes to get_event."""
-        self._waits.forget(uid, waiter)
-
-    def wait(self, waiter: Waiter, timeout: Optional[float] = None, *, drop: bool = False) -> bool:
-        """Read events until ``waiter`` (:meth:`expect`) is done, or ``timeout`` seconds
-        (None: for ever) have passed: its ``done``.  Other waits get their events meanwhile;
-        events nobody waits for are kept, in order, for get_event (``drop``: acked and
-        dropped instead).  The one-reader rule holds (StateError while another thread reads)."""
-        if timeout is not None:
-            timeout = timeout_seconds(timeout)
-        if self._live != _process.PID:
-            self._check()
-        slot = self._hold()
-        try:
-            deadline = None if timeout is None else _monotonic() + timeout
-            look = not self._wait_first  # a sync id's own channel: its event is rarely there yet
-            while not waiter.done:
-                if look:
-                    ev = self.get_event(0, True, False, True)  # reads on past the events it routes
-                    if ev is not None:
-                        if drop:
-                            ev.ack()
-                        else:
-                            self._queued.append(ev)
-                        continue
-                    if waiter.done:
-                        break
-                look = True
-                if not self._wait_readable(deadline):
-                    break  # timed out (a wake-up: the loop looks whether the wait ended)
-            return waiter.done
-        finally:
-            if self._grave or self.closed:
-                self._let_go()
-            slot.append(True)
-
-    def _ended(self, uids: List[int], why: str) -> None:
-        """``uids`` stopped being this channel's (``why``: "destroyed", "migrated", "left"):
-        their waits end now, a reader blocked in :meth:`wait` is woken to see it, and events
-        of destroyed ids kept for get_event go."""
-        waits = self._waits
-        if waits and not waits.keys().isdisjoint(uids):
-            waits.end(uids, why)
-            if self._reader is not None:
-                self._waker.signal()
-        if self._queued and why != "migrated":
-            gone = set(uids)
-            self._queued = deque(ev for ev in self._queued if ev.id.uid not in gone or not ev.id.uid)
 
     def events(self, timeout: Optional[float] = None) -> Iterator[Event[_Id]]:
         """Iterate over events until none arrives within ``timeout``."""

@@ -49,6 +49,7 @@ import select
 import stat
 import weakref
 from array import array
+from functools import partial
 from typing import Any, List, Optional, Protocol, Tuple
 
 from . import _chardev
@@ -186,7 +187,9 @@ class Transport(Protocol):
         """The fd to poll for events (readable when one is queued)."""
 
     def write(self, data: bytes) -> int:
-        """Write one command; an ``OSError`` with the kernel's errno when it refuses it."""
+        """Write one command; an ``OSError`` with the kernel's errno when it refuses it.
+        (Optionally, ``guarded_write``: the same for a caller that guarantees the device is
+        not closed during the call -- the channel's reader.)"""
 
     def close(self) -> None:
         """Close the device: the kernel destroys every id on it."""
@@ -286,6 +289,10 @@ class KernelDevice:
         #: bytes and ignore the rest, so a non-zero ECE would be dropped unsaid
         self.ece = kernel_at_least(5, 8)
         self._open()
+        #: the write of a caller that keeps the device open by other means for the whole call
+        #: (the channel's reader, holding the reader guard: the channel closes the device only
+        #: when no reader holds it): os.write bound to the fd, counted by nobody
+        self.guarded_write = partial(_os_write, self._fd)
         # a device dropped without close(): its fd is closed when the object dies
         weakref.finalize(self, _release, self._slot, self._ident)
 

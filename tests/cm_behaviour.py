@@ -13,7 +13,7 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional
 
 import pytest
 
@@ -913,6 +913,46 @@ def test_close_releases_the_fd(world: World, monkeypatch):
             os.fstat(fd)  # released at close, not when the object dies
     assert sorted(os.listdir("/proc/self/fd")) == before
     assert all(c.closed for c in kept)
+
+
+def test_close_while_a_thread_reads_releases_the_fds_as_the_reader_leaves(world: World, monkeypatch):
+    """close() from another thread while a reader waits in get_event (or loops on short
+    waits): the reader ends with StateError, and once it is out the channel holds no fd --
+    the device's and the waker's are released by whichever of the two lets the reader guard
+    go last.  Repeated, so that close() lands in every part of the reader's loop."""
+    import os
+    import threading
+    import time
+
+    world.open_node(monkeypatch)
+    EventChannel().close()
+    before = sorted(os.listdir("/proc/self/fd"))
+    for i in range(60):
+        ch = EventChannel()
+        fds = (ch.fileno(), ch._waker.fd)
+        errors: List[BaseException] = []
+        started = threading.Event()
+
+        def read() -> None:
+            started.set()
+            try:
+                while True:
+                    ch.get_event(None if i % 3 == 0 else 0.001 * (i % 3))
+            except BaseException as e:  # noqa: B036 - what ended the reader is the check
+                errors.append(e)
+
+        t = threading.Thread(target=read)
+        t.start()
+        started.wait()
+        time.sleep(0.0005 * (i % 7))
+        ch.close()
+        t.join(10)
+        assert not t.is_alive()
+        assert len(errors) == 1 and isinstance(errors[0], StateError) and "closed" in str(errors[0]), errors
+        for fd in fds:
+            with pytest.raises(OSError):
+                os.fstat(fd)
+    assert sorted(os.listdir("/proc/self/fd")) == before
 
 
 def test_close_at_the_fd_limit_does_not_raise(world: World, monkeypatch):

@@ -45,17 +45,27 @@ def test_echo_transport_answers_what_pyrdmacm_sends(bench_codec):
 
 
 def test_direct_runs_the_direct_write_path_and_every_phase(bench_codec, monkeypatch):
-    writes = []
+    writes, reads = [], []
     real = bench_codec.NullDevice.write  # the device's write: the one way every command goes
     monkeypatch.setattr(bench_codec.NullDevice, "write", lambda self, data: writes.append(data[0]) or real(self, data))
+    real_init = bench_codec.NullDevice.__init__
+
+    def init(self, *args, **kwargs):  # the reader's write (GET_EVENT under the reader guard), counted too
+        real_init(self, *args, **kwargs)
+        guarded = self.guarded_write
+        self.guarded_write = lambda data: reads.append(data[0]) or guarded(data)
+
+    monkeypatch.setattr(bench_codec.NullDevice, "__init__", init)
     res = bench_codec.direct(30, runs=1)
     assert set(res) == {"bare", "pyrdmacm"}
     for phases in res.values():
         assert set(phases) == set(bench_codec.DIRECT_PHASES) | {"total"}
         assert all(v > 0 and math.isfinite(v) for v in phases.values())
     # pyrdmacm wrote every command itself on the fd (the lab's path): per id CREATE_ID (0),
-    # RESOLVE_ADDR (21), RESOLVE_ROUTE (4), two GET_EVENTs (12), DESTROY_ID (1)
-    assert sorted(set(writes)) == [0, 1, 4, 12, 21] and len(writes) == 30 * 6
+    # RESOLVE_ADDR (21), RESOLVE_ROUTE (4), DESTROY_ID (1) through the device's write, and
+    # two GET_EVENTs (12) through the reader's
+    assert sorted(set(writes)) == [0, 1, 4, 21] and len(writes) == 30 * 4
+    assert set(reads) == {12} and len(reads) == 30 * 2
 
 
 def test_direct_connections_times_every_step_and_writes_what_the_floor_writes(bench_codec, monkeypatch):

@@ -144,6 +144,18 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--json", action="store_true", help="JSON output for scripts")
     pr.set_defaults(func=_command("diag", "cmd_probe"))
 
+    ids = sub.add_parser("ids", help="the kernel's rdma_cm ids on this host (RDMA netlink), as `rdma resource show "
+                                     "cm_id` shows them; --watch shows what changes")
+    ids.add_argument("--json", action="store_true", help="JSON output for scripts (with --watch: one object a line)")
+    ids.add_argument("--watch", nargs="?", const="1", metavar="SEC",
+                     help="look again every SEC seconds (default 1) and show each id that appears (+), goes (-) or "
+                          "changes (~), until Ctrl-C")
+    ids.add_argument("--pid", type=int, metavar="PID", help="only the ids of this process")
+    ids.add_argument("--dev", metavar="DEV", help="only the ids on this RDMA device (rxe0, mlx5_0 ...)")
+    ids.add_argument("--state", metavar="STATE", help="only the ids in this state (LISTEN, CONNECT, ADDR_RESOLVED ...)")
+    ids.add_argument("--ps", choices=["tcp", "udp", "ipoib", "ib"], help="only the ids of this port space")
+    ids.set_defaults(func=_command("ids", "cmd_ids"))
+
     dc = sub.add_parser("decode", help="decode a command write or a reply buffer (hex, or a line of strace -xx -s 4096 "
                         "-e trace=write -P /dev/infiniband/rdma_cm)")
     dc.add_argument("data", nargs="*", help="hex bytes, an strace write(...) line, or a whole trace (default: "

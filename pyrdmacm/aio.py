@@ -59,6 +59,7 @@ StateError, and reading starts again with the next call.
 from __future__ import annotations
 
 import asyncio
+from asyncio import _get_running_loop as _running_loop  # None when no loop runs (a C call)
 import os
 import weakref
 from collections import deque
@@ -327,7 +328,7 @@ class AsyncChannel(RequestsOwner):
         is set on the future.  Must be called with the loop running.
         """
         loop = self._loop
-        if loop is None or loop.is_closed():  # None once closed; closed: asyncio.run returned
+        if loop is None or loop is not _running_loop():  # None once closed; not running: asyncio.run returned
             loop, closed = self._loop_or_closed()
             if loop is None:
                 return closed  # type: ignore[no-any-return]

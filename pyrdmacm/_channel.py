@@ -37,7 +37,7 @@ import os
 import threading
 import time
 from collections import deque
-from typing import Any, Deque, Dict, Generic, Iterator, List, Optional, Tuple, TypeVar
+from typing import Any, Deque, Dict, Generic, Iterator, List, Optional, Tuple, TypeVar, overload
 
 from . import _device, _process, abi, wire
 from ._device import KernelDevice, ReplyBuffer, Transport, Waker, timeout_seconds
@@ -234,12 +234,20 @@ class Channel(Waiting, Generic[_Id]):
         return KernelError(errno.ENODATA, command, hint="short write (%d of %d bytes)" % (n, len(data)))
 
     # -- events
+    @overload
+    def get_event(self, timeout: None = None) -> Event[_Id]: ...
+
+    @overload
+    def get_event(self, timeout: Optional[float] = None, _count: bool = True, _burst: bool = False,
+                  _held: bool = False) -> Optional[Event[_Id]]: ...
+
     def get_event(self, timeout: Optional[float] = None, _count: bool = True, _burst: bool = False,
                   _held: bool = False) -> Optional[Event[_Id]]:
         """The next event (GET_EVENT): ``rdma_get_cm_event``; None when none came within
         ``timeout`` seconds (None: wait for ever; 0: only look).
 
-        The event's id has moved already (its ``state``); acknowledge it with ``event.ack()``
+        Waiting for ever (``timeout`` None), it returns an event, or raises.  The event's id
+        has moved already (its ``state``); acknowledge it with ``event.ack()``
         (``rdma_ack_cm_event``: destroy() warns of events left unacked).  An event that
         answers a pending wait (:meth:`expect`) goes to that wait instead.  One reader at a
         time: a second thread's call raises StateError.  ``close()`` from another thread

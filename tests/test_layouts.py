@@ -149,3 +149,38 @@ def test_submodules_are_attributes_and_unknown_names_are_not():
     with pytest.raises(AttributeError):
         pyrdmacm.__wrapped__
 
+
+
+def _doc_examples():
+    """Every ```python block of the README and docs/, with where it stands."""
+    out = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        lines = path.read_text().splitlines()
+        start = None
+        for no, line in enumerate(lines, 1):
+            if line.strip() == "```python":
+                start = no
+            elif line.strip() == "```" and start is not None:
+                out.append(("%s:%d" % (path.relative_to(ROOT), start), "\n".join(lines[start:no - 1]) + "\n"))
+                start = None
+    return out
+
+
+def test_the_docs_examples_type_check_strictly(tmp_path):
+    """Each Python example of the README and docs/ is a program that passes mypy --strict,
+    as a user's would (one module per example, the package as installed)."""
+    examples = _doc_examples()
+    assert len(examples) >= 2
+    files = []
+    for i, (where, code) in enumerate(examples):
+        f = tmp_path / ("example_%d.py" % i)
+        f.write_text("# %s\n%s" % (where, code))
+        files.append(str(f))
+    env = dict(os.environ, MYPYPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--follow-imports=silent",
+                           "--ignore-missing-imports", *files], capture_output=True, text=True, cwd=str(tmp_path),
+                          env=env)
+    where = {"example_%d.py" % i: w for i, (w, _) in enumerate(examples)}
+    report = "\n".join(" ".join(where.get(word.split(":")[0], word) if word.startswith("example_") else word
+                                for word in line.split(" ")) for line in proc.stdout.splitlines())
+    assert proc.returncode == 0, report + proc.stderr

@@ -175,7 +175,7 @@ class Link:
 
 
 @dataclass(frozen=True)
-class Address:
+class IfAddress:
     """An address of a netdev (``RTM_GETADDR``)."""
 
     ifindex: int
@@ -376,11 +376,11 @@ def links() -> List[Link]:
     return sorted(out, key=lambda link: link.index)
 
 
-def addresses() -> Dict[int, Tuple[Address, ...]]:
+def addresses() -> Dict[int, Tuple[IfAddress, ...]]:
     """ifindex -> the netdev's IPv4 and IPv6 addresses (with prefixes)."""
     with _rtnl() as ipr:
         msgs = ipr.get_addr()
-    out: Dict[int, List[Address]] = {}
+    out: Dict[int, List[IfAddress]] = {}
     for m in msgs:
         local = m.get_attr("IFA_LOCAL") or m.get_attr("IFA_ADDRESS")
         if not local:
@@ -388,7 +388,7 @@ def addresses() -> Dict[int, Tuple[Address, ...]]:
         flags = m.get_attr("IFA_FLAGS")
         iface = ipaddress.ip_interface("%s/%d" % (local, m["prefixlen"]))
         out.setdefault(m["index"], []).append(
-            Address(ifindex=m["index"], interface=iface, scope=m["scope"],
+            IfAddress(ifindex=m["index"], interface=iface, scope=m["scope"],
                     flags=flags if flags is not None else m["flags"])
         )
     return {k: tuple(v) for k, v in sorted(out.items())}

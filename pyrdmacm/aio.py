@@ -105,6 +105,8 @@ class AsyncChannel(RequestsOwner):
     def __init__(self, channel: Optional[EventChannel] = None) -> None:
         if channel is not None and not isinstance(channel, EventChannel):
             raise UsageError("AsyncChannel takes an EventChannel (or nothing: it opens one), got %r" % (channel,))
+        #: the :class:`~pyrdmacm.EventChannel` it drives: make ids on it (``ach.channel.create_id()``,
+        #: ``CmId(ach.channel)``), and read nothing from it yourself while the adapter runs
         self.channel = channel if channel is not None else EventChannel()
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         #: the fd number the loop's reader is registered under (-1: none)

@@ -436,7 +436,7 @@ def _net(extra_routes: Optional[Dict[str, Any]] = None) -> FakeNetwork:
     ]
 
     def a(idx: int, text: str) -> Any:
-        return N.Address(idx, ipaddress.ip_interface(text), 0, 0x80)
+        return N.IfAddress(idx, ipaddress.ip_interface(text), 0, 0x80)
 
     addrs = {1: (a(1, "127.0.0.1/8"),), 2: (a(2, "10.0.2.15/24"), a(2, "2001:db8::15/64")),
              3: (a(3, "10.100.0.15/24"),), 4: (a(4, "10.10.0.15/24"),), 5: (a(5, "10.20.0.15/24"),)}

@@ -15,7 +15,7 @@ from ..errors import PrecheckError, UsageError
 from .model import Checks, IPAddress
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..netlink import Address, Link
+    from ..netlink import IfAddress, Link
 
 __all__ = ["ARPHRD_INFINIBAND", "ARPHRD_ETHER", "as_address", "as_ip", "plain", "any_or_loopback", "is_link_local6",
            "Net", "zone_index", "same_subnet"]
@@ -70,7 +70,7 @@ class Net:
         self.links: List["Link"] = list(provider.links())
         self.by_index: Dict[int, "Link"] = {link.index: link for link in self.links}
         self.by_name: Dict[str, "Link"] = {link.name: link for link in self.links}
-        self.addrs: Dict[int, Tuple["Address", ...]] = dict(provider.addresses())
+        self.addrs: Dict[int, Tuple["IfAddress", ...]] = dict(provider.addresses())
 
     def name(self, ifindex: Optional[int]) -> str:
         """The netdev's name ("if7" for one not visible, "?" for none)."""

@@ -16,6 +16,9 @@ Subcommands (``pyrdmacm COMMAND --help`` for each)::
                     [--disconnect-after MS] [--json]
                                                      show each request and its events; accept or reject
 
+``pyrdmacm --netns NAME COMMAND ...`` runs any of them in that network namespace
+(``ip netns exec NAME``: its routes, netdevs and sysfs).
+
 The exit status is the same for every subcommand (``EXIT_CODES``, shown by
 ``--help`` and docs/cli.md): 0 success, 1 a failure event, 2 the kernel
 refused (or would refuse, or ``--strict`` refused), 3 bad input, 4 no usable
@@ -55,7 +58,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 from .inputs import DEFAULT_PORT
 from .output import (EXIT_CODES, EXIT_EVENT, EXIT_INTERRUPTED, EXIT_KERNEL, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _err,
@@ -103,8 +106,10 @@ def _numeric_flag(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
 
-    p = _Parser(prog="pyrdmacm", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="pyrdmacm", description=__doc__.split("\n\n")[0].replace("``", ""))
     p.add_argument("--version", action="version", version="pyrdmacm %s" % __version__)
+    p.add_argument("--netns", metavar="NAME", help="run the subcommand in the network namespace NAME, as `ip netns "
+                                                   "exec NAME` does (its routes, netdevs and sysfs; needs root)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     dst_help = ("10.0.0.2, 10.0.0.2:7471, fe80::1%%eth0, [fec0::2]:7471, gid:fe80::2:c903:0:1, or a host name "
                 "(looked up as rping does: getaddrinfo's first answer)")
@@ -245,6 +250,45 @@ class _PipeSafe:
         return getattr(self._stream, name)
 
 
+def _in_netns(name: str, argv: List[str]) -> int:
+    """The same command, run in the network namespace ``name`` by ``ip netns exec``, which
+    also mounts that namespace's sysfs (the netdevs and GID tables the pre-check reads):
+    this process becomes it, and its exit status is the command's.  Returns only when it
+    cannot (exit 3, saying why)."""
+    import shutil
+
+    if not name or "/" in name or name in (".", ".."):
+        _err("--netns takes the name of a network namespace (as `ip netns list` shows it), got %r" % name)
+        return EXIT_USAGE
+    if not os.path.exists(os.path.join("/run/netns", name)):
+        _err("no network namespace %r here: `ip netns list` shows them (a container's: `ip netns attach NAME PID`)"
+             % name)
+        return EXIT_USAGE
+    if os.geteuid() != 0:
+        _err("--netns needs root (entering a network namespace and mounting its sysfs): run it with sudo")
+        return EXIT_USAGE
+    ip = shutil.which("ip")
+    if ip is None:
+        _err("--netns needs iproute2's `ip` (it runs `ip netns exec`), which is not on PATH")
+        return EXIT_USAGE
+    rest: List[str] = []
+    words = iter(argv)
+    for word in words:  # the command again, without its (first) --netns
+        if word == "--netns":
+            next(words, None)
+            rest.extend(words)
+        elif word.startswith("--netns="):
+            rest.extend(words)
+        else:
+            rest.append(word)
+    sys.stdout.flush()
+    try:
+        os.execv(ip, [ip, "netns", "exec", name, sys.executable, "-m", "pyrdmacm", *rest])
+    except OSError as e:
+        _err("--netns: cannot run %s: %s" % (ip, e.strerror))
+    return EXIT_USAGE
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from ..errors import RdmaCmError
 
@@ -256,6 +300,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    if args.netns is not None:
+        return _in_netns(args.netns, list(sys.argv[1:] if argv is None else argv))
     real, sys.stdout = sys.stdout, _PipeSafe(sys.stdout)
     try:
         return int(args.func(args))

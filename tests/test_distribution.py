@@ -62,8 +62,9 @@ def test_a_wheel_builds_without_isolation(tmp_path):
 
 
 def test_the_sdist_holds_the_docs(tmp_path):
+    python = _system_python()
     src = _copy(tmp_path)
-    proc = subprocess.run([sys.executable, "-c", "from setuptools import build_meta as b; print(b.build_sdist(%r))"
+    proc = subprocess.run([python, "-c", "from setuptools import build_meta as b; print(b.build_sdist(%r))"
                            % str(tmp_path / "dist")], cwd=src, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (sdist,) = (tmp_path / "dist").glob("pyrdmacm-*.tar.gz")

@@ -92,3 +92,4 @@ def test_ids_watch_shows_changes_until_interrupted(monkeypatch):
     assert seen == [("present", 3, "ADDR_BOUND"), ("new", 7, "LISTEN"), ("changed", 7, "CONNECT"),
                     ("gone", 3, "ADDR_BOUND")]
     assert looks == [0.5] * 4
+

@@ -84,6 +84,21 @@ def _print_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
+def error_json(e: BaseException, message: Optional[str] = None, **extra: Any) -> Dict[str, Any]:
+    """The one error object of every subcommand's JSON: ``{errno, name, message}`` (``name``
+    null when there is no errno), with ``extra`` first (``step``, ``refused`` ...)."""
+    err = getattr(e, "errno", None)
+    out: Dict[str, Any] = dict(extra)
+    out.update(errno=err, name=_errno_name(err) if err else None, message=_text(e) if message is None else message)
+    return out
+
+
+def _errno_name(err: int) -> str:
+    from ..errors import errno_name
+
+    return errno_name(err)
+
+
 def _err(msg: str) -> None:
     sys.stderr.write("pyrdmacm: %s\n" % msg)
 

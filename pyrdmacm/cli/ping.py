@@ -5,7 +5,6 @@ disconnect; SIDR with --ps udp), each step timed by its own event wait, and a su
 from __future__ import annotations
 
 import argparse
-import errno
 import sys
 import time
 from typing import Any, Dict, List, Optional
@@ -16,7 +15,7 @@ from .conn import (TIMEWAIT_GRACE, _conn_peer, _destroy_quietly, _event_reason, 
 from .inputs import (DEFAULT_PORT, _BadInput, _addr_text, _count, _dst_src, _explicit_port, _port_space,
                      _private_data_arg, _timeout_ms)
 from .output import (EXIT_INTERRUPTED, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _err, _event_exit, _ip_text, _name_lines,
-                     _print_json, _refused_exit, _text)
+                     _print_json, _refused_exit, _text, error_json)
 
 class _Waited:
     """One step's outcome: the event (None: nothing within the time) and its time in ms."""
@@ -69,8 +68,7 @@ def _attempt(ch: Any, seq: int, dst: Any, src: Any, ps: Any, data: bytes, timeou
         try:
             call()
         except KernelError as e:
-            att["reason"] = {"step": name, "refused": e.command, "errno": e.errno,
-                             "name": errno.errorcode.get(e.errno or 0), "message": _text(e)}
+            att["reason"] = error_json(e, step=name, refused=e.command)
             return None
         w = _next_event(ch, cm, ok, failed, wait_s, t)
         steps[name] = round(w.ms, 3)
@@ -122,8 +120,7 @@ def _attempt(ch: Any, seq: int, dst: Any, src: Any, ps: Any, data: bytes, timeou
     try:
         cm.establish()
     except KernelError as e:
-        att["reason"] = {"step": "establish", "refused": e.command, "errno": e.errno,
-                         "name": errno.errorcode.get(e.errno or 0), "message": _text(e)}
+        att["reason"] = error_json(e, step="establish", refused=e.command)
         return att
     steps["establish"] = round((time.monotonic() - t) * 1000, 3)
     att["established"] = True
@@ -206,7 +203,8 @@ def cmd_ping(args: argparse.Namespace) -> int:
     except DeviceNodeError as e:
         _err(_text(e))
         if args.json:
-            result["error"] = {"errno": e.errno, "message": _text(e)}
+            result["error"] = error_json(e)
+            result["exit"] = EXIT_NODEV
             _print_json(result)
         return EXIT_NODEV
     where = "%s port %d" % (_ip_text(dst.ip), dst.port)

@@ -5,7 +5,6 @@ channel, what the kernel chose beside what was predicted; its progress line and 
 from __future__ import annotations
 
 import argparse
-import errno
 import sys
 import time
 from typing import Any, Dict, List, Optional
@@ -13,8 +12,8 @@ from typing import Any, Dict, List, Optional
 from . import route as route_cmd
 from .inputs import _BadInput, _addr_text, _dst_src, _timeout_ms
 from .output import (EXIT_EVENT, EXIT_KERNEL, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _err, _event_exit, _ip_text,
-                     _jsonable, _name_lines, _print_json, _refused_exit, _text)
-from .route import _error_json, _precheck_exit, _prediction_json, _prediction_lines
+                     _jsonable, _name_lines, _print_json, _refused_exit, _text, error_json)
+from .route import _precheck_exit, _prediction_json, _prediction_lines
 
 def _pkey_text(pkey: int) -> str:
     """A partition key as a reader wants it: its number and what it means."""
@@ -160,7 +159,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     except DeviceNodeError as e:
         _err(_text(e))
         if args.json:
-            result["error"] = {"errno": e.errno, "message": _text(e)}
+            result["error"] = error_json(e)
             result["exit"] = EXIT_NODEV
             _print_json(result)
         return EXIT_NODEV
@@ -171,8 +170,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
         try:
             cm.resolve_addr(dst, src=src, timeout_ms=timeout_ms)
         except KernelError as e:
-            result["kernel"] = {"refused": "RESOLVE_ADDR", "errno": e.errno, "name": errno.errorcode.get(e.errno or 0),
-                                "message": _text(e)}
+            result["kernel"] = error_json(e, refused="RESOLVE_ADDR")
             return _finish(args, result, _refused_exit(e.errno), _text(e))
         except UsageError as e:  # what the library refuses before the syscall
             _err(_text(e))
@@ -212,13 +210,13 @@ def _resolve_precheck(args: argparse.Namespace, dst: Any, src: Any, result: Dict
         pred = route_cmd._predict(dst, src, args.strict)
     except PrecheckError as e:
         pred = e.prediction
-        result["prediction_error"] = _error_json(e)
+        result["prediction_error"] = error_json(e)
         if args.strict:
             code = _precheck_exit(e)
             return _strict_stop(args, result, pred, _text(e), code)
     except OSError as e:  # the routing tables could not be read (no rtnetlink here)
         message = "the pre-check could not read the routing tables: %s" % e
-        result["prediction_error"] = {"errno": e.errno, "name": errno.errorcode.get(e.errno or 0), "message": message}
+        result["prediction_error"] = error_json(e, message)
         if args.strict:
             return _strict_stop(args, result, None, message, EXIT_KERNEL)
     result["prediction"] = _prediction_json(pred)

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 
 from .inputs import _BadInput, _addr_text, _dst_src
 from .output import (EXIT_KERNEL, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _err, _ip_text, _jsonable, _name_lines,
-                     _print_json, _text)
+                     _print_json, _text, error_json)
 
 def _predict(dst: Any, src: Any, strict: bool = False) -> Any:
     from .. import precheck
@@ -36,12 +36,6 @@ def _prediction_json(p: Any) -> Optional[Dict[str, Any]]:
     out["missing"] = [_missing_json(m) for m in p.missing]
     out["complete"] = p.complete
     return out
-
-
-def _error_json(e: Any) -> Dict[str, Any]:
-    from ..errors import errno_name
-
-    return {"errno": e.errno, "name": errno_name(e.errno or 0), "message": _text(e)}
 
 
 def _prediction_lines(p: Any) -> List[str]:
@@ -91,7 +85,7 @@ def cmd_route(args: argparse.Namespace) -> int:
     except PrecheckError as e:
         p, code = e.prediction, _precheck_exit(e)
         problem = _stops_short(p) if code == EXIT_NODEV else _text(e)
-        out["error"] = _error_json(e)
+        out["error"] = error_json(e)
     except UsageError as e:
         _err(_text(e))
         return EXIT_USAGE

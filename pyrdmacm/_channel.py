@@ -42,7 +42,7 @@ from typing import Any, Deque, Dict, Generic, Iterator, List, Optional, Tuple, T
 from . import _device, _process, abi, wire
 from ._device import KernelDevice, ReplyBuffer, Transport, Waker, timeout_seconds
 from ._router import Router
-from ._waiting import Waiting
+from ._waiting import _ROUTED, Waiting
 from .membership import Membership
 from .errors import KernelError, StateError, UsageError
 from .events import _TYPES, _UNPACK_EVENT, EVENT_RESP_SIZE, Event
@@ -326,10 +326,14 @@ class Channel(Waiting, Generic[_Id]):
                                 event.ack()
                             return event  # type: ignore[no-any-return]
                         event.ack()
-                # given to the wait it answers, or dropped (its id destroyed meanwhile, or a group
-                # left): the next, within the time left; a look (timeout 0) reads on past events it
-                # routes, and never for ever (a stream of dropped events ends it); a close() from
-                # another thread ends it too (the fd stays open until this reader is out)
+                # given to the wait it answers: a caller that holds the guard (get_events, wait())
+                # is told (_ROUTED: it looks at its waits, and reads on or not); or dropped (its id
+                # destroyed meanwhile, or a group left).  Then the next, within the time left: a
+                # look (timeout 0) reads on past the events it routes, and never for ever (a stream
+                # of dropped events ends it); a close() from another thread ends it too (the fd
+                # stays open until this reader is out)
+                if _held and event is not None:
+                    return _ROUTED  # type: ignore[no-any-return]
                 if self.closed:
                     raise StateError("the event channel was closed (by another thread) while reading events")
                 if timeout is not None and (timeout or event is None):
@@ -367,7 +371,10 @@ class Channel(Waiting, Generic[_Id]):
                 out.append(ev)
             read = self.get_event
             if not out:
+                deadline = _monotonic() + timeout if timeout else None
                 first = read(timeout, count, False, True)
+                while first is _ROUTED:  # given to a waiter: the next, within the time left
+                    first = read(timeout if deadline is None else max(0.0, deadline - _monotonic()), count, False, True)
                 if first is None:
                     return out
                 out.append(first)
@@ -375,7 +382,8 @@ class Channel(Waiting, Generic[_Id]):
                 more = read(0, count, True, True)
                 if more is None:
                     break  # drained (a burst's end, not an empty look)
-                out.append(more)
+                if more is not _ROUTED:
+                    out.append(more)
             return out
         finally:
             if self._grave or self.closed:

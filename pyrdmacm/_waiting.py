@@ -13,6 +13,10 @@ from . import _process
 from ._device import timeout_seconds
 from ._router import Router, Waiter
 
+#: what the channel's read returns, holding the guard, for an event it gave to a waiter
+#: (the channel's module imports this one: the sentinel lives here)
+_ROUTED: Any = object()
+
 __all__ = ["Waiting"]
 
 
@@ -89,15 +93,15 @@ class Waiting:
             look = not self._wait_first  # a sync id's own channel: its event is rarely there yet
             while not waiter.done:
                 if look:
-                    ev = self.get_event(0, True, False, True)  # reads on past the events it routes
+                    ev = self.get_event(0, True, False, True)
+                    if ev is _ROUTED:  # given to a waiter (this one?): the loop looks
+                        continue
                     if ev is not None:
                         if drop:
                             ev.ack()
                         else:
                             self._queued.append(ev)
                         continue
-                    if waiter.done:
-                        break
                 look = True
                 if not self._wait_readable(deadline):
                     break  # timed out (a wake-up: the loop looks whether the wait ended)

@@ -114,7 +114,7 @@ class Channel(Waiting, Generic[_Id]):
         #: events a :meth:`wait` read that nobody waited for: get_event's first
         self._queued: Deque[Event[Any]] = deque()
         #: ids destroyed while a reader held the guard: an event it had read already still finds
-        #: its id here (emptied when the reader lets go; see :meth:`pyrdmacm._life.Life.destroy`)
+        #: its id here (emptied when the reader lets go; see :meth:`pyrdmacm._life.Lifecycle.destroy`)
         self._grave: Dict[int, Any] = {}
         self._pid = os.getpid()
         #: the opening process's id while the channel is open, 0 once closed: every call

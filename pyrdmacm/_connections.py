@@ -20,8 +20,7 @@ from .addr import Address
 from .errors import EventError, KernelError, StateError, UsageError
 from .events import Event
 from .records import ConnParam
-from ._life import Life
-from .state import Call, Kind
+from .state import Call, Kind, Life
 
 __all__ = ["Connections"]
 

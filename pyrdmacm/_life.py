@@ -1,15 +1,7 @@
-"""An id's life: its record (rules, state, events not acknowledged, cached answers) and
-the transactions that change it -- CREATE_ID, each call, each event, ack, DESTROY_ID --
-for the single calls and the batches (``EventChannel.create_ids``, ``destroy_ids``) alike.
-The registry of the channel (uid -> id) changes only here and in the channel.
-
-Theory of operation
--------------------
-:mod:`pyrdmacm.state` says what a call or an event does (its table); :class:`Life`, what
-every id is, applies it: its methods and :func:`ack` are the only code that assigns an
-id's state, its count of unacked events and its cached answers.  A call is one
-transaction (:meth:`Life._call`): the id moves before the channel's writer (the fd
-owner's) writes the command, and back if the kernel refuses it.
+"""An id's birth and death on its channel: CREATE_ID and DESTROY_ID, for the single calls
+and the batches (``EventChannel.create_ids``, ``destroy_ids``) alike.  The registry of the
+channel (uid -> id) changes only here and in the channel; the id's state, as every other
+change of its record, only in :mod:`pyrdmacm.state` (:class:`~pyrdmacm.state.Life`).
 
 An id leaves the registry after its DESTROY_ID returns, and while a reader holds the
 channel's reader guard it stays findable in the channel's grave: an event the reader had
@@ -20,19 +12,16 @@ from __future__ import annotations
 
 import threading
 import warnings
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Type, Union
+from typing import Any, Dict, List, Optional, Type
 
 from . import _process, abi, wire
 from ._device import ReplyBuffer
 from ._params import port_space
-from .abi import CmEventType as E
 from .errors import StateError, UsageError
-from .state import AFTER_REFUSAL, Call, Rules, State, after_event, refusal, rules_for
+from .state import Call, Life, Rules, State, rules_for
 
-__all__ = ["Life", "UnackedEventsWarning", "ack", "create_many", "destroy_many", "unacked_warning"]
+__all__ = ["Lifecycle", "UnackedEventsWarning", "create_many", "destroy_many", "unacked_warning"]
 
-S, C = State, Call
-_IDLE = State.IDLE
 _CMD = wire.COMMAND
 _CREATE, _DESTROY = _CMD["CREATE_ID"], _CMD["DESTROY_ID"]
 _CREATE_CMD, _H_CREATE, _N_CREATE, _N_CREATE_REPLY = _CREATE.pack, _CREATE.header, _CREATE.size, _CREATE.out
@@ -49,42 +38,12 @@ class UnackedEventsWarning(ResourceWarning):
     """An id was destroyed with events still unacknowledged (librdmacm would hang here)."""
 
 
-class Life:
-    """An id's record -- its :class:`~pyrdmacm.state.Rules`, its state, how many of its events
-    are not acknowledged, its cached query answers -- and the transactions that change it.
+class Lifecycle(Life):
+    """An id's birth and death on its channel, the one place of each: CREATE_ID (and the
+    registry's uid -> id) and DESTROY_ID (the registry, the waits and memberships that go
+    with it).  The record and every move of its state are :class:`~pyrdmacm.state.Life`'s."""
 
-    :class:`~pyrdmacm.cmid.CmId` is a Life; the methods below and :func:`ack` are the only
-    code that assigns these four (h11's rule: one owner writes the state machine).  Its
-    birth (:meth:`_create`), each call (:meth:`_call`) and its death (:meth:`destroy`) are
-    one transaction each: the id moves before its command is written, so that an event
-    another thread reads meanwhile finds the id where the command left it, and back when
-    the kernel refuses the command; an event moves it as the table says (:meth:`_on_event`).
-    """
-
-    __slots__ = ("channel", "uid", "handle", "_rules", "_state", "_unacked", "_cache")
-
-    #: the id's channel (a :class:`~pyrdmacm._channel.Channel`: its write sends the commands)
-    channel: Any
-    #: what the kernel echoes in each event of the id (unique in the process; 0 for a
-    #: connection request's id until ACCEPT gives it one)
-    uid: int
-    #: the kernel's handle of the id
-    handle: int
-
-    _rules: Rules
-    _state: State
-    _unacked: int
-    _cache: Optional[List[Any]]
-
-    if TYPE_CHECKING:  # pragma: no cover - the id's (CmId's)
-        def _peer(self) -> Any: ...
-
-    def _born(self, rules: Rules, state: State = S.IDLE) -> None:
-        """A new id of ``rules``' kind, in ``state`` (IDLE; REQUEST for a connection request's)."""
-        self._rules = rules
-        self._state = state
-        self._unacked = 0
-        self._cache = None
+    __slots__ = ()
 
     def _create(self, channel: Any, rules: Rules) -> Any:
         """CREATE_ID for this new id (checked, not yet created) on a live ``channel``, of the
@@ -92,10 +51,7 @@ class Life:
         ``EventChannel.create_id`` and ``create_ids`` end here).  The id is registered
         (uid -> id) once the kernel made it.  Returns the id."""
         self.channel = channel
-        self._rules = rules
-        self._state = _IDLE
-        self._unacked = 0
-        self._cache = None
+        self._born(rules)
         pool = channel._create_replies
         try:
             reply = pool.pop()
@@ -170,107 +126,9 @@ class Life:
             ch.close()  # (a sync listener's rejected request must not close the listener's)
         return reported
 
-    def _ready(self, call: Call) -> None:
-        """StateError, before any syscall, unless ``call`` may be made now: the id's channel
-        open (and this process's), the call legal in the id's state."""
-        ch = self.channel
-        if ch._live != _process.PID:
-            if ch.closed:
-                raise StateError("%s: the id's event channel is closed (closing it destroyed the id)" % call)
-            ch._check()
-        self._allowed(call)
-
-    def _allowed(self, call: Call) -> None:
-        """StateError if ``call`` is illegal in the id's state (a call that moves nothing)."""
-        if self._state not in self._rules.calls[call]:
-            raise StateError("%s (uid %d)" % (refusal(self._rules.kind, self._state, call), getattr(self, "uid", 0)))
-
-    def _call(self, call: Call, data: bytes, command: str, ctx: Optional[Dict[str, Any]] = None) -> None:
-        """Make ``call``, whose command is ``data``: the one transaction of every call of an id.
-
-        The id moves where the table says before the command is written (StateError, before
-        any syscall, if the call is illegal here or the channel is closed), so that an event
-        another thread reads meanwhile finds the id where the command left it, and its cached
-        answers go.  The channel's write (the fd owner's) sends the command.  If the kernel
-        refuses it, the id moves back -- or where the kernel's own answer to the refusal
-        leaves it (:data:`AFTER_REFUSAL`) -- unless an event moved it meanwhile, and the
-        refusal is raised as the channel words it (``ctx``: the addresses it names, made
-        only then when not given: the peer's, ``dst``)."""
-        ch = self.channel
-        if ch._live != _process.PID:
-            self._ready(call)  # raises, saying why
-        old = self._state
-        new = self._rules.calls[call].get(old)
-        if new is None:
-            raise StateError("%s (uid %d)" % (refusal(self._rules.kind, old, call), getattr(self, "uid", 0)))
-        self._state = new
-        self._cache = None
-        try:
-            n = ch._write(data)
-        except OSError as e:
-            if self._state is new:
-                self._state = AFTER_REFUSAL.get(call, old)
-            raise ch._refused(e, command, {"dst": self._peer()} if ctx is None else ctx) from None
-        except BaseException:  # interrupted (a signal's handler raised): nothing was written
-            if self._state is new:
-                self._state = old
-            raise
-        if n != len(data):
-            raise ch._short(n, data, command)
-
-    def _on_event(self, number: int, count: bool = True) -> E:
-        """An event of the kernel's ``number`` for this id, one of the table's plain rows: the id
-        moves, its answers go, the event counts as not acknowledged (unless not ``count``:
-        read and acknowledged at once).  KeyError (nothing changed) for an event with
-        effects (:data:`EVENTS_WITH_EFFECTS`) or of an unknown number:
-        :meth:`_on_event_with_effects` takes those."""
-        ev, self._state = self._rules.events[number][self._state]
-        self._cache = None
-        if count:
-            self._unacked += 1
-        return ev
-
-    def _on_event_with_effects(self, event: Union[E, int]) -> None:
-        """Any event (a destroyed id stays destroyed): the id moves as :func:`after_event`
-        says, its answers go, the event counts as not acknowledged."""
-        if self._state is not S.DESTROYED:
-            self._state = after_event(self._rules.kind, self._state, event)
-            self._cache = None
-        self._unacked += 1
-
-    def _counted(self) -> None:
-        """An event handed out for this id that moves nothing (a request's, on its new id)."""
-        self._unacked += 1
-
-    def _closed(self) -> None:
-        """Its channel was closed: the kernel destroyed it."""
-        self._state = self._rules.calls[C.DESTROY].get(self._state, S.DESTROYED)
-
-    def _answers(self) -> List[Any]:
-        """The cached query answers (``[addr info, gids]``), until the id moves; made on first use."""
-        cache = self._cache
-        if cache is None:
-            cache = self._cache = [None, None]
-        return cache
-
-
-def ack(event: Any) -> None:
-    """Acknowledge the event (``rdma_ack_cm_event``; optional: pyrdmacm never blocks on
-    unacked events): its id has one event fewer not acknowledged.  StateError when every
-    event of the id was acknowledged already."""
-    # Event.ack is this function: the count of an id's unacked events changes only here
-    life = event.id
-    try:
-        left = life._unacked - 1
-    except AttributeError:  # an event made by hand may name no id
-        return
-    if left < 0:
-        raise StateError("ack: every event of id uid %d was already acked" % getattr(life, "uid", 0))
-    life._unacked = left
-
 
 def create_many(channel: Any, cls: Type[Any], n: int, ps: Any, qp_type: Optional[int]) -> List[Any]:
-    """``EventChannel.create_ids``: ``n`` ids of class ``cls`` made by :meth:`Life._create`, all or nothing."""
+    """``EventChannel.create_ids``: ``n`` ids of class ``cls`` made by :meth:`Lifecycle._create`, all or nothing."""
     if n.__class__ is not int or n < 0:
         raise UsageError("n must be an int >= 0 (how many ids), got %r" % (n,))
     custom = ps is not abi.PortSpace.TCP or qp_type is not None
@@ -293,7 +151,7 @@ def create_many(channel: Any, cls: Type[Any], n: int, ps: Any, qp_type: Optional
 
 
 def destroy_many(channel: Any, cls: Type[Any], ids: List[Any]) -> List[int]:
-    """``EventChannel.destroy_ids``: every id checked first, then :meth:`Life.destroy` each."""
+    """``EventChannel.destroy_ids``: every id checked first, then :meth:`Lifecycle.destroy` each."""
     if channel._live != _process.PID:
         if channel.closed:
             for cm_id in ids:

@@ -2,7 +2,7 @@
 accessors over them (``rdma_get_local_addr`` ...).
 
 librdmacm queries the kernel after every event; an id here asks on first use of what
-the queries return and caches the answers (:meth:`~pyrdmacm._life.Life._answers`) until
+the queries return and caches the answers (:meth:`~pyrdmacm.state.Life._answers`) until
 the id moves: the same answers, without the cost for callers that never ask.
 :class:`Queries` is the part of :class:`~pyrdmacm.cmid.CmId` that asks.
 """
@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple, TypeVar
 from . import abi, wire
 from .addr import AF_IB, Address
 from .errors import KernelError, StateError
-from ._life import Life
-from .state import State
+from .state import Life, State
 
 if TYPE_CHECKING:  # pragma: no cover
     from .records import AddrInfo, DeviceRef, PathRecord, ServiceRecord

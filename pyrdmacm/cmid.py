@@ -5,7 +5,7 @@ Theory of operation
 A :class:`CmId` is one kernel id (``rdma_create_id``), registered on its
 :class:`~pyrdmacm.channel.EventChannel` under a uid unique in the process.  Its
 state follows the kernel's, from the calls made and the events read, as the
-table of :mod:`pyrdmacm.state` says (a CmId is a :class:`~pyrdmacm._life.Life`, whose
+table of :mod:`pyrdmacm.state` says (a CmId is a :class:`~pyrdmacm.state.Life`, whose
 methods alone assign its state); an illegal call raises
 :class:`~pyrdmacm.errors.StateError` before any syscall.  Every call goes the
 same way: check the arguments (UsageError), encode the command (:mod:`pyrdmacm.wire`),
@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, TypeVar, Uni
 from . import _process, abi, wire
 from ._channel import Channel
 from ._connections import Connections
+from ._life import Lifecycle
 from .membership import Membership
 from ._queries import Queries
 from ._params import (OPTIONS, check_int, port_space)
@@ -81,7 +82,7 @@ class SourceIgnoredWarning(UserWarning):
     """resolve_addr was given a source, but the id was already bound: the kernel ignores it."""
 
 
-class CmId(Connections, Queries):
+class CmId(Connections, Queries, Lifecycle):
     """An rdma_cm id (``struct rdma_cm_id``).
 
     ``CmId(channel, ps=PortSpace.TCP)`` creates it (CREATE_ID);

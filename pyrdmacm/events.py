@@ -27,7 +27,7 @@ from ._codec import CODECS
 from .errors import errno_name
 from .records import ConnParam
 from .state import FAILURE_EVENTS
-from ._life import ack as _ack
+from .state import ack as _ack
 from .wire import decode_conn, decode_ud
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -116,3 +116,32 @@ def test_no_module_over_600_lines_but_the_known_ones():
     assert not over, "modules over %d lines (split them by job): %s" % (LIMIT, over)
     short = [p for p in KNOWN_LONG if sizes.get(p, 0) <= LIMIT]
     assert not short, "these are within the limit now: take them off KNOWN_LONG: %s" % short
+
+
+#: the asyncio adapter's modules, and the names under which they hold an adapter (an
+#: AsyncChannel: its own members are its business; anybody else's private ones are not)
+_AIO = ("aio", "_aio_waiters", "_aio_requests")
+_THE_ADAPTER = {"self", "other", "adapter"}
+
+
+def _private_reads(source: str) -> List[str]:
+    """``base.attr`` for every attribute with one leading underscore read from a base that is
+    not the adapter itself."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            base = ast.unparse(node.value)
+            if base not in _THE_ADAPTER:
+                out.append("%s.%s (line %d)" % (base, node.attr, node.lineno))
+    return out
+
+
+def test_the_walk_finds_private_reads():
+    assert _private_reads("def f(self, ch):\n    self._x\n    ch._waits.route(1)\n") == ["ch._waits (line 3)"]
+
+
+def test_the_asyncio_adapter_reads_nothing_private_of_the_channel_or_the_ids():
+    """asyncio is a thin layer over the channel's public waits (expect / forget / get_events):
+    it reads no private member of the channel, the ids or the events (#21)."""
+    found = {m: _private_reads((PACKAGE / (m + ".py")).read_text()) for m in _AIO}
+    assert not any(found.values()), found

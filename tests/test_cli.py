@@ -63,10 +63,13 @@ def test_decode_a_whole_trace_one_line_per_write(capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO(TRACE))
     code, out, err = run(capsys, "decode")
     records = [json.loads(line) for line in out.splitlines()]
+    assert all(r["schema"] == 1 for r in records)
+    assert records.pop() == {"schema": 1, "writes": 3, "failed": 1, "exit": 3}  # the stream's last line
     assert [r["line"] for r in records] == [1, 3, 5]
     assert records[0]["cmd"] == "CREATE_ID" and records[0]["body"]["response"] == "0x7ffd0000"
     assert records[1]["cmd"] == "DESTROY_ID" and records[1]["body"]["id"] == 7
     assert records[2]["error"]["struct"] == "rdma_ucm_cmd_hdr" and "needs 8 bytes, 2 left" in records[2]["error"]["message"]
+    assert records[2]["error"]["offset"] == 2 and set(records[2]["error"]) >= {"errno", "name", "message"}
     assert code == output.EXIT_USAGE and "1 of 3 writes did not decode" in err
     monkeypatch.setattr(sys, "stdin", io.StringIO(TRACE))
     code, out, err = run(capsys, "decode", "--brief")

@@ -42,15 +42,17 @@ def test_ids_prints_rdma_res_words(monkeypatch):
 def test_ids_json_and_filters(monkeypatch):
     _dump(monkeypatch, [LISTENER, KERNEL])
     code, out, _ = _run("--json")
-    rows = json.loads(out)
+    doc = json.loads(out)
+    rows = doc["ids"]
     assert code == 0 and [r["cm_idn"] for r in rows] == [3, 7]
+    assert (doc["schema"], doc["exit"]) == (1, 0)
     assert rows[1] == {"dev": "rxe0", "port": 1, "cm_idn": 7, "state": "LISTEN", "ps": "TCP", "qp_num": None,
                        "pid": 4194305, "comm": None, "kernel": False, "src": "10.0.2.15:7471", "dst": None}
     assert rows[0]["kernel"] and rows[0]["comm"] == "ib_ipoib"
     for args, want in ((("--pid", "4194305"), [7]), (("--state", "listen"), [7]), (("--ps", "ipoib"), [3]),
                        (("--dev", "mlx5_0"), []), (("--pid", "1", "--ps", "tcp"), [])):
         code, out, _ = _run("--json", *args)
-        assert code == 0 and [r["cm_idn"] for r in json.loads(out)] == want, args
+        assert code == 0 and [r["cm_idn"] for r in json.loads(out)["ids"]] == want, args
 
 
 def test_ids_without_rdma_netlink_exits_4(monkeypatch):
@@ -60,8 +62,12 @@ def test_ids_without_rdma_netlink_exits_4(monkeypatch):
         raise KernelError(93, "socket(AF_NETLINK, NETLINK_RDMA)")
 
     monkeypatch.setattr(netlink, "cm_ids", refused)
-    code, out, err = _run("--json")
+    code, out, err = _run()
     assert code == 4 and out == "" and "NETLINK_RDMA" in err
+    code, out, err = _run("--json")  # the error object too, and the exit status
+    doc = json.loads(out)
+    assert code == 4 and "NETLINK_RDMA" in err and doc["exit"] == 4 and doc["ids"] == []
+    assert doc["error"]["errno"] == 93 and doc["error"]["name"] == "EPROTONOSUPPORT"
 
 
 def test_ids_watch_rejects_a_bad_interval(monkeypatch):
@@ -88,7 +94,11 @@ def test_ids_watch_shows_changes_until_interrupted(monkeypatch):
     monkeypatch.setattr(time, "sleep", sleep)
     code, out, err = _run("--watch", "0.5", "--json")
     assert code == 0, err
-    seen = [(c["change"], c["id"]["cm_idn"], c["id"]["state"]) for c in map(json.loads, out.splitlines())]
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert all(c["schema"] == 1 for c in lines)
+    last = lines.pop()  # the stream's last line: stopped, with the exit status
+    assert (last["change"], last["exit"]) == ("stopped", 0)
+    seen = [(c["change"], c["id"]["cm_idn"], c["id"]["state"]) for c in lines]
     assert seen == [("present", 3, "ADDR_BOUND"), ("new", 7, "LISTEN"), ("changed", 7, "CONNECT"),
                     ("gone", 3, "ADDR_BOUND")]
     assert looks == [0.5] * 4

@@ -348,7 +348,7 @@ def test_devices_mtu_in_bytes_and_one_guid_spelling(capsys: Any, monkeypatch: An
     assert "mtu 1024 (rdma_cm's path MTU for eth0's 1500)" in out
     assert "node_guid 0002:c903:0030:9e20" in out
     code, out, _ = run(capsys, "devices", "--json")
-    j = {d["name"]: d for d in json.loads(out)}
+    j = {d["name"]: d for d in json.loads(out)["devices"]}
     assert j["mlx5_0"]["node_guid"] == "0002:c903:0030:9e20"
     roce = j["rxe0"]["ports"][0]
     assert (roce["netdev_mtu"], roce["path_mtu"], roce["active_mtu"]) == (1500, 1024, None)
@@ -365,4 +365,4 @@ def test_devices_with_nothing_found_exits_4_as_ibv_devinfo_fails(capsys: Any, mo
     code, out, err = run(capsys, "devices")
     assert code == 4 and not out and "no RDMA devices" in err
     code, out, err = run(capsys, "devices", "--json")
-    assert code == 4 and json.loads(out) == []
+    assert code == 4 and json.loads(out) == {"schema": 1, "devices": [], "exit": 4}

@@ -19,3 +19,75 @@ def test_every_json_error_is_one_object(monkeypatch):
         assert code == 4 == j["exit"], (argv, err.getvalue())
         assert set(j["error"]) == {"errno", "name", "message"} and j["error"]["name"] == "ENOENT", j
         assert "/nonexistent/rdma_cm" in j["error"]["message"]
+
+
+def _run(argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+#: one document each (a device node that does not exist here: the device's subcommands fail
+#: with 4, the others succeed); a list is under its own key
+DOCUMENTS = (
+    (["route", "127.0.0.1", "--json", "-n"], None),
+    (["resolve", "127.0.0.1", "--no-precheck", "--json", "-n"], None),
+    (["ping", "127.0.0.1", "--json", "-n"], None),
+    (["devices", "--json"], "devices"),
+    (["probe", "--json"], None),
+    (["ids", "--json"], "ids"),
+    (["conformance", "--json"], None),
+    (["conformance", "--list", "--json"], "cases"),
+    (["decode", "01000000100004000000fd7f000000000700000000000000"], None),  # DESTROY_ID of id 7
+)
+
+
+def test_every_document_says_its_schema_first_and_its_exit_status_last(monkeypatch):
+    monkeypatch.setenv("PYRDMACM_DEVICE", "/nonexistent/rdma_cm")
+    for argv, key in DOCUMENTS:
+        code, out, err = _run(argv)
+        doc = json.loads(out)
+        assert isinstance(doc, dict), argv
+        keys = list(doc)
+        assert keys[0] == "schema" and doc["schema"] == 1, (argv, keys)
+        assert keys[-1] == "exit" and doc["exit"] == code, (argv, code, doc["exit"], err)
+        if key:
+            assert isinstance(doc[key], list), (argv, key)
+        if "error" in doc:  # the one error object
+            assert {"errno", "name", "message"} <= set(doc["error"]), (argv, doc["error"])
+
+
+def test_probe_puts_values_in_value_fields_and_the_reasons_beside_them(monkeypatch):
+    """A value probe cannot know is null, and why is in ``errors`` under its field, as the one
+    error object: no sentence where a value belongs."""
+    monkeypatch.setenv("PYRDMACM_DEVICE", "/nonexistent/rdma_cm")
+    code, out, _ = _run(["probe", "--json"])
+    doc = json.loads(out)
+    assert code == 4 == doc["exit"] and doc["open"] is False
+    assert doc["errors"]["open"]["name"] == "ENOENT" and "/nonexistent/rdma_cm" in doc["errors"]["open"]["message"]
+    for field, value in doc.items():
+        if field in ("errors", "kernel", "device_node"):
+            continue
+        assert value is None or not isinstance(value, str) or " " not in value, (field, value)
+        if value is None and field != "abi_version_sysfs":
+            assert field in doc["errors"], field
+
+
+def test_global_j_is_one_line_and_p_indents_as_iproute2(monkeypatch):
+    monkeypatch.setenv("PYRDMACM_DEVICE", "/nonexistent/rdma_cm")
+    try:
+        code, out, _ = _run(["-j", "route", "127.0.0.1", "-n"])
+        assert out.count("\n") == 1 and json.loads(out)["exit"] == code  # one line, as `ip -j`
+        for argv in (["-p", "route", "127.0.0.1", "-n"], ["-j", "-p", "route", "127.0.0.1", "-n"],
+                     ["route", "127.0.0.1", "-n", "--json"]):
+            code, out, _ = _run(argv)
+            assert out.startswith('{\n  "schema": 1,\n') and json.loads(out)["exit"] == code, argv
+        code, out, _ = _run(["-j", "devices"])  # a subcommand's text becomes JSON
+        assert json.loads(out) == {"schema": 1, "devices": [], "exit": 4} or json.loads(out)["devices"]
+        code, out, err = _run(["-j", "conformance", "--ktap"])
+        assert code == 3 and "choose one" in err and out == ""
+    finally:
+        from pyrdmacm.cli import output
+
+        output.json_layout(compact=False)  # the process's layout, as a new process has it

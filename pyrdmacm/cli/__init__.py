@@ -108,6 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _Parser(prog="pyrdmacm", description=__doc__.split("\n\n")[0].replace("``", ""))
     p.add_argument("--version", action="version", version="pyrdmacm %s" % __version__)
+    p.add_argument("-j", "--json", dest="json_compact", action="store_true",
+                   help="JSON output for any subcommand, one line a document (as `ip -j`)")
+    p.add_argument("-p", "--pretty", dest="json_pretty", action="store_true",
+                   help="JSON output for any subcommand, indented (as `ip -j -p`; a subcommand's own --json "
+                        "is indented too); streams stay one object a line")
     p.add_argument("--netns", metavar="NAME", help="run the subcommand in the network namespace NAME, as `ip netns "
                                                    "exec NAME` does (its routes, netdevs and sysfs; needs root)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -302,6 +307,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_USAGE
     if args.netns is not None:
         return _in_netns(args.netns, list(sys.argv[1:] if argv is None else argv))
+    if args.json_compact or args.json_pretty:  # the global -j / -p: JSON, laid out as asked
+        from .output import json_layout
+
+        json_layout(compact=not args.json_pretty)
+        if hasattr(args, "json"):
+            args.json = True
     real, sys.stdout = sys.stdout, _PipeSafe(sys.stdout)
     try:
         return int(args.func(args))

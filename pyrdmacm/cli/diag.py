@@ -12,7 +12,8 @@ import os
 import sys
 from typing import Any, Dict
 
-from .output import EXIT_EVENT, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _err, _ip_text, _jsonable, _print_json, _text
+from .output import (EXIT_EVENT, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _err, _ip_text, _jsonable, _print_json, _text,
+                     error_json, json_line)
 
 def _port_mtu_text(p: Any) -> str:
     if p.active_mtu:
@@ -35,8 +36,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
     devs = devices.list_devices()
     if args.json:
-        _print_json([_device_json(d) for d in devs])
-        return EXIT_OK if devs else EXIT_NODEV
+        return _print_json({"devices": [_device_json(d) for d in devs]}, EXIT_OK if devs else EXIT_NODEV)
     if not devs:  # as ibv_devinfo, a failure: nothing here to use
         _err("no RDMA devices in this network namespace (see `rdma link`, `rdma system`)")
         return EXIT_NODEV
@@ -80,7 +80,10 @@ def probe_commands(dev: Any) -> Dict[str, str]:
 def cmd_probe(args: argparse.Namespace) -> int:
     from .. import _device
 
+    # Each value is a value or null (unknown); why a value is unknown is in "errors", keyed
+    # by its field, as the one error object (JSON), or said on its line (text).
     info: Dict[str, Any] = {"kernel": os.uname().release, "device_node": _device.DEFAULT_PATH}
+    errors: Dict[str, Dict[str, Any]] = {}
     info["abi_version_sysfs"] = _device.read_abi_version_sysfs()
     try:
         from .. import netlink
@@ -88,34 +91,38 @@ def cmd_probe(args: argparse.Namespace) -> int:
         c = netlink.get_chardev("rdma_cm")
         info["chardev_netlink"] = {"dev": "%d:%d" % c.dev, "name": c.name, "abi": c.abi} if c else None
     except Exception as e:
-        info["chardev_netlink"] = "unavailable: %s" % e
+        info["chardev_netlink"] = None
+        errors["chardev_netlink"] = error_json(e)
     try:
         from .. import netlink
 
         info["netns_mode"] = netlink.sys_netns_mode()
     except Exception as e:
-        info["netns_mode"] = "unavailable: %s" % e
+        info["netns_mode"] = None
+        errors["netns_mode"] = error_json(e)
     try:
         dev = _device.KernelDevice()
     except Exception as e:
-        info["open"] = _text(e)
+        info["open"] = False
+        errors["open"] = error_json(e)
         code = EXIT_NODEV
     else:
-        info["open"] = "ok"
+        info["open"] = True
         info["abi_version"] = dev.abi_version
         info["commands"] = probe_commands(dev)
         dev.close()
         code = EXIT_OK
     if args.json:
-        _print_json(info)
-    else:
-        for k, v in info.items():
-            if k == "commands":
-                print("commands this kernel knows:")
-                for c, r in v.items():
-                    print("    %-20s %s" % (c, r))
-            else:
-                print("%-18s %s" % (k, v))
+        return _print_json(dict(info, errors=errors), code)
+    for k, v in info.items():
+        if k == "commands":
+            print("commands this kernel knows:")
+            for c, r in v.items():
+                print("    %-20s %s" % (c, r))
+        elif k in errors:
+            print("%-18s %s" % (k, "unavailable: " + errors[k]["message"] if k != "open" else errors[k]["message"]))
+        else:
+            print("%-18s %s" % (k, "ok" if v is True else v))
     return code
 
 
@@ -160,15 +167,21 @@ def cmd_decode(args: argparse.Namespace) -> int:
                 out = _hex_pointers(decode_command(parse_input(line)))
             except DecodeError as e:
                 failed += 1
-                record: Dict[str, Any] = {"line": n, "error": {"struct": e.struct, "offset": e.offset,
-                                                               "message": _text(e)}}
-                print("line %d: %s" % (n, _text(e)) if args.brief else json.dumps(record))
+                if args.brief:
+                    print("line %d: %s" % (n, _text(e)))
+                else:
+                    json_line({"line": n, "error": error_json(e, struct=e.struct, offset=e.offset)})
                 continue
-            print("line %d: %s" % (n, _brief(out)) if args.brief else json.dumps(dict({"line": n}, **out)))
+            if args.brief:
+                print("line %d: %s" % (n, _brief(out)))
+            else:
+                json_line(dict({"line": n}, **out))
+        code = EXIT_USAGE if failed else EXIT_OK
+        if not args.brief:  # the stream's last line: what it held, and the exit status
+            json_line({"writes": len(writes), "failed": failed, "exit": code})
         if failed:
             _err("%d of %d writes did not decode" % (failed, len(writes)))
-            return EXIT_USAGE
-        return EXIT_OK
+        return code
     try:
         data = parse_input(text)
         out = decode_reply(args.reply, data) if args.reply else decode_command(data)
@@ -179,7 +192,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
     if args.brief and not args.reply:
         print(_brief(out))
     else:
-        _print_json(out)
+        _print_json(out, EXIT_OK)
     return EXIT_OK
 
 
@@ -198,7 +211,8 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     if args.list:  # what the cases are, on any host: no device needed
         chosen = [c for c in conformance.CASES if not args.case or c.name in args.case]
         if args.json:
-            _print_json([{"case": c.name, "what": c.what, "needs_local": c.needs_local} for c in chosen])
+            _print_json({"cases": [{"case": c.name, "what": c.what, "needs_local": c.needs_local} for c in chosen]},
+                        EXIT_OK)
         else:
             width = max(len(c.name) for c in chosen)
             for c in chosen:
@@ -208,13 +222,16 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         results = conformance.run(local=args.local, only=args.case)
     except DeviceNodeError as e:
         _err(_text(e))
+        if args.json:
+            return _print_json({"kernel": os.uname().release, "error": error_json(e)}, EXIT_NODEV)
         return EXIT_NODEV
     failed = [r for r in results if not r.passed]
+    code = EXIT_OK if not failed else EXIT_EVENT
     if args.ktap:
         sys.stdout.write(conformance.ktap(results, os.uname().release))
     elif args.json:
         _print_json({"kernel": os.uname().release, "passed": len(results) - len(failed), "failed": len(failed),
-                     "results": [r.to_dict() for r in results]})
+                     "results": [r.to_dict() for r in results]}, code)
     else:
         width = max(len(r.case) for r in results) if results else 4
         print("%-*s  %-13s %-13s %s" % (width, "case", "expected", "observed", "result"))
@@ -223,4 +240,4 @@ def cmd_conformance(args: argparse.Namespace) -> int:
             print(line + ("  (%s)" % r.detail if r.detail and not r.passed else ""))
         print("%d cases on Linux %s: %d passed, %d failed"
               % (len(results), os.uname().release, len(results) - len(failed), len(failed)))
-    return EXIT_OK if not failed else EXIT_EVENT
+    return code

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
+import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from .output import EXIT_NODEV, EXIT_OK, EXIT_USAGE, _err, _ip_text, _print_json, _text
+from .output import EXIT_NODEV, EXIT_OK, EXIT_USAGE, _err, _ip_text, _print_json, _text, error_json, json_line
 
 #: what identifies an id across two dumps: its device and its restrack number
 _Key = Tuple[int, Optional[int]]
@@ -109,13 +109,13 @@ def cmd_ids(args: argparse.Namespace) -> int:
         now = _snapshot(args)
     except RdmaCmError as e:
         if getattr(e, "errno", None) in (errno.EPROTONOSUPPORT, errno.ENOENT, errno.EOPNOTSUPP):
-            _err(_text(e))
-            return EXIT_NODEV  # no RDMA netlink: no RDMA here
+            _err(_text(e))  # no RDMA netlink: no RDMA here
+            return _print_json({"ids": [], "error": error_json(e)}, EXIT_NODEV) if args.json else EXIT_NODEV
         raise
     rows = [now[key] for key in sorted(now, key=_order)]
     if interval is None:
         if args.json:
-            _print_json(rows)
+            _print_json({"ids": rows}, EXIT_OK)
         else:
             for r in rows:
                 print(_line(r))
@@ -131,7 +131,8 @@ def _watch(args: argparse.Namespace, now: Dict[_Key, Dict[str, Any]], rows: List
 
     def show(change: str, r: Dict[str, Any]) -> None:
         if args.json:
-            print(json.dumps({"change": change, "time": round(time.time(), 3), "id": r}), flush=True)
+            json_line({"change": change, "time": round(time.time(), 3), "id": r})
+            sys.stdout.flush()
         else:
             print("%s %s" % ({"present": " ", "new": "+", "gone": "-", "changed": "~"}[change], _line(r)), flush=True)
 
@@ -153,6 +154,8 @@ def _watch(args: argparse.Namespace, now: Dict[_Key, Dict[str, Any]], rows: List
                 elif then[key] != now[key]:
                     show("changed", now[key])
     except KeyboardInterrupt:
+        if args.json:  # the stream's last line
+            json_line({"change": "stopped", "time": round(time.time(), 3), "exit": EXIT_OK})
         return EXIT_OK
     finally:
         signal.signal(signal.SIGTERM, old)

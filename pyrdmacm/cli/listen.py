@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any, Dict, Optional
@@ -13,7 +12,8 @@ from typing import Any, Dict, Optional
 from . import conn
 from .conn import TIMEWAIT_GRACE, _conn_peer, _destroy_quietly, _pd_info, _pd_text, _status_text
 from .inputs import _BadInput, _count, _listen_addr, _ms_after, _port_space, _private_data_arg
-from .output import EXIT_EVENT, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _err, _ip_text, _jsonable, _refused_exit, _text
+from .output import (EXIT_EVENT, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _err, _ip_text, _refused_exit, _text,
+                     error_json, json_line)
 
 class _Stop(Exception):
     """SIGTERM during ``listen``: stop as on Ctrl-C."""
@@ -31,6 +31,15 @@ class _Conn:
 def _clock() -> str:
     now = time.time()
     return time.strftime("%H:%M:%S", time.localtime(now)) + ".%03d" % (int(now * 1000) % 1000)
+
+
+def _failed(args: argparse.Namespace, e: BaseException, code: int) -> int:
+    """listen could not start: the message on stderr, and with --json the stream's one line
+    (STOPPED, why "error", the error object and the exit status)."""
+    _err(_text(e))
+    if args.json:
+        json_line({"event": "STOPPED", "why": "error", "error": error_json(e), "exit": code})
+    return code
 
 
 def cmd_listen(args: argparse.Namespace) -> int:
@@ -57,8 +66,7 @@ def cmd_listen(args: argparse.Namespace) -> int:
 
     def emit(record: Dict[str, Any], *lines: str) -> None:
         if args.json:
-            record = dict(record, time=round(time.time(), 6))
-            sys.stdout.write(json.dumps(_jsonable(record)) + "\n")
+            json_line(dict(record, time=round(time.time(), 6)))
         else:
             clock = _clock()
             sys.stdout.write("".join("%s %s\n" % (clock, line) for line in lines))
@@ -67,8 +75,7 @@ def cmd_listen(args: argparse.Namespace) -> int:
     try:
         ch = conn._open_channel()
     except DeviceNodeError as e:
-        _err(_text(e))
-        return EXIT_NODEV
+        return _failed(args, e, EXIT_NODEV)
     conns: Dict[int, _Conn] = {}
     stats = {"requests": 0, "accepted": 0, "rejected": 0, "ended": 0}
     why = "count"
@@ -89,8 +96,7 @@ def cmd_listen(args: argparse.Namespace) -> int:
                 lst.bind_addr(addr)
                 lst.listen()
             except KernelError as e:
-                _err(_text(e))
-                return _refused_exit(e.errno)
+                return _failed(args, e, _refused_exit(e.errno))
             try:
                 bound = lst.query_addr().src or addr
             except KernelError:
@@ -120,7 +126,7 @@ def cmd_listen(args: argparse.Namespace) -> int:
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, old_term)
-    emit(dict({"event": "STOPPED", "why": why}, **stats),
+    emit(dict({"event": "STOPPED", "why": why}, **stats, exit=code),
          "--- stopped (%s): %d request%s, %d accepted, %d rejected, %d ended ---" % (
              why if why != "count" else "count reached", stats["requests"], "s" if stats["requests"] != 1 else "",
              stats["accepted"], stats["rejected"], stats["ended"]))

@@ -79,9 +79,37 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-def _print_json(obj: Any) -> None:
-    json.dump(_jsonable(obj), sys.stdout, indent=2, sort_keys=False)
+#: the shape of the JSON that subcommands print: every document, and every line of a stream,
+#: says which (a program reading it checks it; a change that breaks a reader bumps it)
+JSON_SCHEMA = 1
+#: how a document is laid out: the subcommands' --json and the global -p pretty-print it
+#: (indented), the global -j alone makes it one line, as iproute2's -j and -p do
+_LAYOUT: Dict[str, Any] = {"indent": 2}
+
+
+def json_layout(compact: bool) -> None:
+    """The documents' layout for this process: one line (``-j``) or indented."""
+    _LAYOUT.clear()
+    _LAYOUT.update({"separators": (",", ":")} if compact else {"indent": 2})
+
+
+def _print_json(doc: Dict[str, Any], code: int) -> int:
+    """Print one JSON document: ``schema`` first, the subcommand's fields, then ``exit``
+    (the process's exit status, returned).  A list is put under its own key by the caller."""
+    out = {"schema": JSON_SCHEMA}
+    out.update(_jsonable(doc))
+    out["exit"] = code
+    json.dump(out, sys.stdout, sort_keys=False, **_LAYOUT)
     sys.stdout.write("\n")
+    return code
+
+
+def json_line(record: Dict[str, Any]) -> None:
+    """Print one line of a JSON Lines stream (listen, ids --watch, a decoded trace): always one
+    line, ``schema`` first; a stream's last line carries ``exit``."""
+    out = {"schema": JSON_SCHEMA}
+    out.update(_jsonable(record))
+    sys.stdout.write(json.dumps(out, separators=(", ", ": ")) + "\n")
 
 
 def error_json(e: BaseException, message: Optional[str] = None, **extra: Any) -> Dict[str, Any]:

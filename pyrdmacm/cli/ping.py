@@ -204,8 +204,7 @@ def cmd_ping(args: argparse.Namespace) -> int:
         _err(_text(e))
         if args.json:
             result["error"] = error_json(e)
-            result["exit"] = EXIT_NODEV
-            _print_json(result)
+            _print_json(result, EXIT_NODEV)
         return EXIT_NODEV
     where = "%s port %d" % (_ip_text(dst.ip), dst.port)
     if not args.json:
@@ -246,8 +245,7 @@ def cmd_ping(args: argparse.Namespace) -> int:
     if args.json:
         result["attempts"] = attempts
         result["summary"] = summary
-        result["exit"] = code
-        _print_json(result)
+        _print_json(result, code)
         return code
     errs = summary["errors_after_established"]
     print("\n--- %s rdma_cm ping statistics ---" % where)

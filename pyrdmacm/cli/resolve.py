@@ -160,8 +160,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
         _err(_text(e))
         if args.json:
             result["error"] = error_json(e)
-            result["exit"] = EXIT_NODEV
-            _print_json(result)
+            _print_json(result, EXIT_NODEV)
         return EXIT_NODEV
 
     with ch:
@@ -234,8 +233,7 @@ def _resolve_precheck(args: argparse.Namespace, dst: Any, src: Any, result: Dict
 def _strict_stop(args: argparse.Namespace, result: Dict[str, Any], pred: Any, message: str, code: int) -> int:
     result["prediction"] = _prediction_json(pred)
     if args.json:
-        result["exit"] = code
-        _print_json(result)
+        _print_json(result, code)
     elif pred is not None:
         print("\n".join(_prediction_lines(pred)))
     _err(message + " (--strict: nothing was sent to the kernel)")
@@ -309,8 +307,7 @@ class _KernelView:
 
 def _finish(args: argparse.Namespace, result: Dict[str, Any], code: int, message: Optional[str]) -> int:
     if args.json:
-        result["exit"] = code
-        _print_json(result)
+        _print_json(result, code)
         return code
     k = result.get("kernel", {})
     if "refused" in k:

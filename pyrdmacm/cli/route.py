@@ -91,8 +91,7 @@ def cmd_route(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     out["prediction"] = _prediction_json(p)
     if args.json:
-        out["exit"] = code
-        _print_json(out)
+        _print_json(out, code)
         return code
     lines = _name_lines(names) + (_prediction_lines(p) if p is not None else [])
     if lines:

@@ -184,7 +184,7 @@ def test_listen_here_ucmatose_client_on_the_peer(peer):
         show("here: pyrdmacm listen --json", code, "\n".join(seen) + "\n", err)
         assert code == 0 and "Traceback" not in err, err
         stopped = json.loads(seen[-1])
-        assert stopped == dict(stopped, event="STOPPED", why="SIGTERM", requests=1, accepted=1)
+        assert stopped == dict(stopped, event="STOPPED", why="SIGTERM", requests=1, accepted=1, exit=0, schema=1)
         _ucmatose_client_completed(client)
     finally:
         listen.stop()
@@ -228,6 +228,7 @@ def test_decode_a_whole_rping_trace(peer, tmp_path):
     show("here: pyrdmacm decode < rping's trace (%d writes)" % len(writes), r.returncode, r.stdout, r.stderr)
     assert r.returncode == 0, r.stderr
     records = [json.loads(line) for line in r.stdout.splitlines()]
+    assert records.pop() == {"schema": 1, "writes": len(writes), "failed": 0, "exit": 0}
     assert len(records) == len(writes) > 6
     cmds = [rec["cmd"] for rec in records]
     assert cmds[0] == "CREATE_ID" and cmds[-1] == "DESTROY_ID"

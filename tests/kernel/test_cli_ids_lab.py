@@ -50,7 +50,7 @@ def test_ids_shows_what_rdma_res_shows():
         (theirs,) = _until(lambda: _rdma_listening(server.pid))
         code, out, err = _ids("--json", "--pid", str(server.pid))
         assert code == 0, err
-        (ours,) = json.loads(out)
+        (ours,) = json.loads(out)["ids"]
         assert ours["state"] == "LISTEN" and ours["ps"] == "TCP" and ours["pid"] == server.pid
         assert ours["comm"] == "rping" == theirs["comm"]
         assert ours["cm_idn"] == theirs["cm-idn"] and ours["dev"] == theirs["ifname"] and ours["port"] == theirs["port"]
@@ -62,7 +62,7 @@ def test_ids_shows_what_rdma_res_shows():
         assert "state LISTEN ps TCP pid %d comm rping src-addr %s:7177" % (server.pid, ADDR) in out
         # the filters
         code, out, _ = _ids("--json", "--pid", str(server.pid), "--state", "connect")
-        assert code == 0 and json.loads(out) == []
+        assert code == 0 and json.loads(out)["ids"] == []
     finally:
         server.kill()
         server.wait()
@@ -88,5 +88,6 @@ def test_ids_watch_sees_an_id_come_and_go():
     print("--- pyrdmacm ids --watch 0.2 --json: exit %s\n%s%s" % (watch.returncode, out, err))
     assert watch.returncode == 0, err
     changes = [json.loads(line) for line in out.splitlines()]
+    assert changes.pop()["change"] == "stopped"  # the stream's last line (SIGTERM: stopped as asked)
     mine = [(c["change"], c["id"]["state"]) for c in changes if c["id"]["pid"] == server.pid]
     assert mine[0] == ("new", "LISTEN") and mine[-1][0] == "gone", mine

@@ -59,6 +59,7 @@ def test_probe_reports_what_this_kernel_knows():
     assert cmds["RESOLVE_IB_SERVICE"] == ("yes" if newest else "no")
     assert cmds["WRITE_CM_EVENT"] == ("yes" if newest else "no")
     assert j["netns_mode"] == "shared"
+    assert j["open"] is True and j["errors"] == {} and (j["schema"], j["exit"]) == (1, 0)
 
 
 def test_progress_line_while_the_kernel_arps():
@@ -80,7 +81,7 @@ def test_path_record_fields_named_and_the_mtu_devices_predicts():
     assert path["mtu"] == roce_path_mtu(netdev_mtu) == 128 << path["mtu_code"]
     assert path["pkey"] == "0xffff" and k["pkey"] == "0x0000"  # RoCE: the path's default, QUERY ADDR's none
     code, out, _ = pyrdmacm("devices", "--json")
-    rxe = next(d for d in json.loads(out) if d["name"] == "rxe0")
+    rxe = next(d for d in json.loads(out)["devices"] if d["name"] == "rxe0")
     assert rxe["node_guid"] == k["node_guid"] and len(k["node_guid"]) == 19 and k["node_guid"].count(":") == 3
     assert rxe["ports"][0]["path_mtu"] == path["mtu"]
     code, out, _ = pyrdmacm("resolve", "10.0.2.2", "--route")

@@ -2,6 +2,7 @@
 isolation, with the system interpreter's own setuptools (Debian 12: 66, older than PEP
 639's 77) and no deprecation warning; the wheel and the sdist hold what a user needs."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -29,8 +30,13 @@ def _system_python():
 
 
 def _copy(tmp_path: Path) -> Path:
-    """The tracked files only (what a distribution's source package holds), as git has them."""
+    """The tracked files only (what a distribution's source package holds), as git has them;
+    in an unpacked sdist (no git), the files it holds, without what builds and tests left."""
     src = tmp_path / "src"
+    if not (ROOT / ".git").exists():
+        shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__",
+                                                                 ".pytest_cache", ".mypy_cache", ".hypothesis"))
+        return src
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
     for name in files.decode().split("\0"):
         if name and (ROOT / name).is_file():
@@ -55,21 +61,51 @@ def test_a_wheel_builds_without_isolation(tmp_path):
         names = set(z.namelist())
         meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
         entry = z.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
-    assert "pyrdmacm/__init__.py" in names and "pyrdmacm/py.typed" in names and "pyrdmacm/cli/__init__.py" in names
+    assert "pyrdmacm/py.typed" in names
+    modules = {str(p.relative_to(ROOT)) for p in (ROOT / "pyrdmacm").rglob("*.py")}
+    assert modules - names == set(), "modules the wheel leaves out"
     assert any(n.endswith("LICENSE") for n in names)
     assert "\nLicense: MIT\n" in meta and "Requires-Dist: construct" in meta and "Requires-Dist: pyroute2" in meta
     assert "pyrdmacm = pyrdmacm.cli:main" in entry
 
 
-def test_the_sdist_holds_the_docs(tmp_path):
+def _sdist(tmp_path: Path) -> Path:
     python = _system_python()
     src = _copy(tmp_path)
     proc = subprocess.run([python, "-c", "from setuptools import build_meta as b; print(b.build_sdist(%r))"
                            % str(tmp_path / "dist")], cwd=src, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (sdist,) = (tmp_path / "dist").glob("pyrdmacm-*.tar.gz")
-    with tarfile.open(sdist) as t:
+    return sdist
+
+
+def test_the_sdist_holds_the_docs_and_the_host_tests_with_their_data(tmp_path):
+    with tarfile.open(_sdist(tmp_path)) as t:
         names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
     for doc in ("docs/api.md", "docs/cli.md", "README.md", "LICENSE", "CHANGELOG.md", "setup.cfg"):
         assert doc in names, doc
-    assert not any(n.startswith("tests/") for n in names)
+    # the tests and the data they read: the ABI's layouts and golden bytes, the tools they run
+    for name in ("tests/conftest.py", "tests/test_golden.py", "abi/since.json", "tools/bench_codec.py",
+                 "tools/apidoc", "tools/manpages"):
+        assert name in names, name
+    assert any(n.startswith("abi/golden/") for n in names) and any(n.startswith("abi/layout/") for n in names)
+    assert not any("__pycache__" in n or n.startswith("build/") for n in names)
+
+
+def test_the_host_tests_run_from_the_unpacked_sdist(tmp_path):
+    """As a distribution's package build runs them (Debian's pybuild, Fedora's %check): from
+    the unpacked sdist, no git, no lab.  All of them collect; those that read the ABI's data
+    and run the tools pass (the whole host tier passes there too: README)."""
+    with tarfile.open(_sdist(tmp_path)) as t:
+        t.extractall(tmp_path / "unpacked")
+    (top,) = (tmp_path / "unpacked").iterdir()
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    env.pop("PYTHONPATH", None)
+    run = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    proc = subprocess.run(run + ["--collect-only", "tests"], cwd=top, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0 and " error" not in proc.stdout.splitlines()[-1], proc.stdout[-3000:]
+    proc = subprocess.run(run + ["tests/test_golden.py", "tests/test_abi_layout.py", "tests/test_bench_codec.py",
+                                 "tests/test_import_graph.py", "tests/test_layouts.py"],
+                          cwd=top, capture_output=True, text=True, env=env)
+    last = proc.stdout.strip().splitlines()[-1]
+    assert proc.returncode == 0 and " passed" in last and "skipped" not in last, proc.stdout[-3000:]

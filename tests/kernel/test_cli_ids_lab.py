@@ -69,25 +69,54 @@ def test_ids_shows_what_rdma_res_shows():
 
 
 def test_ids_watch_sees_an_id_come_and_go():
+    """A listener present at the start is shown first (so the watcher has taken its first look
+    and handles SIGTERM: no fixed sleep, which a loaded host outruns); one started later
+    is new, then gone when killed; SIGTERM stops the watch with exit 0 and a last line."""
+    import queue
+    import threading
+
+    first = _rping_server(7179)
+    _until(lambda: _rdma_listening(first.pid))
     watch = subprocess.Popen([*PYRDMACM, "ids", "--watch", "0.2", "--json", "--ps", "tcp"], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
+    lines: "queue.Queue[str]" = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in watch.stdout], daemon=True).start()
+    seen = []
+
+    def wait_for(pid: int, change: str) -> None:
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            try:
+                c = json.loads(lines.get(timeout=1))
+            except queue.Empty:
+                continue
+            seen.append(c)
+            if c.get("id", {}).get("pid") == pid and c["change"] == change:
+                return
+        raise AssertionError("no %s for pid %d within 120 s; seen %s" % (change, pid, seen))
+
     server = None
     try:
-        time.sleep(12)  # the watcher's start (seconds under emulation) and its first look
+        wait_for(first.pid, "present")
         server = _rping_server(7178)
-        _until(lambda: _rdma_listening(server.pid))
-        time.sleep(1)
+        wait_for(server.pid, "new")
         server.kill()
         server.wait()
-        time.sleep(2)
+        wait_for(server.pid, "gone")
     finally:
-        if server is not None and server.poll() is None:
-            server.kill()
+        for p in (first, server):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
         watch.send_signal(signal.SIGTERM)
-        out, err = watch.communicate(timeout=60)
-    print("--- pyrdmacm ids --watch 0.2 --json: exit %s\n%s%s" % (watch.returncode, out, err))
+        watch.wait(timeout=60)
+        err = watch.stderr.read()
+    time.sleep(0.5)  # the reader thread's last line
+    while not lines.empty():
+        seen.append(json.loads(lines.get()))
+    print("--- pyrdmacm ids --watch 0.2 --json: exit %s\n%s\n%s" % (watch.returncode, "\n".join(map(json.dumps, seen)),
+                                                                     err))
     assert watch.returncode == 0, err
-    changes = [json.loads(line) for line in out.splitlines()]
-    assert changes.pop()["change"] == "stopped"  # the stream's last line (SIGTERM: stopped as asked)
-    mine = [(c["change"], c["id"]["state"]) for c in changes if c["id"]["pid"] == server.pid]
+    assert seen[-1]["change"] == "stopped" and seen[-1]["exit"] == 0  # the stream's last line
+    mine = [(c["change"], c["id"]["state"]) for c in seen if c.get("id", {}).get("pid") == server.pid]
     assert mine[0] == ("new", "LISTEN") and mine[-1][0] == "gone", mine

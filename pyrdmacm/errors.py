@@ -44,6 +44,19 @@ def errno_name(err: int) -> str:
     return _errno.errorcode.get(abs(err), "E?%d" % abs(err))
 
 
+def error_object(e: BaseException, message: Optional[str] = None, **extra: Any) -> Dict[str, Any]:
+    """The one error object of the JSON pyrdmacm prints (every subcommand's, the fabric
+    check's cells): ``{errno, name, message}`` (``name`` null when there is no errno),
+    with ``extra`` first (``step``, ``refused`` ...); an OSError's message without
+    Python's "[Errno N]" (the name says it)."""
+    err = getattr(e, "errno", None)
+    if message is None:
+        message = e.strerror if isinstance(e, OSError) and isinstance(e.strerror, str) and e.strerror else str(e)
+    out: Dict[str, Any] = dict(extra)
+    out.update(errno=err, name=errno_name(err) if err else None, message=message)
+    return out
+
+
 # What the user can do about an errno, in the context of address resolution.
 _HINTS = {
     _errno.ENODEV: "the route's egress netdev has no RDMA device (check `pyrdmacm route DST` "

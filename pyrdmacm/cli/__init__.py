@@ -217,8 +217,35 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--disconnect-after", metavar="MS", help="disconnect each connection MS milliseconds after "
                                                              "ESTABLISHED (0: at once), as cmatose's server does; "
                                                              "by default the peer disconnects")
+    ls.add_argument("--identify", action="store_true", help="answer each request with private data naming this "
+                                                           "host, the rail (netdev) and the address it came to, "
+                                                           "as `pyrdmacm mesh` reads it")
     ls.add_argument("--json", action="store_true", help="one JSON object per event, one per line, as they come")
     ls.set_defaults(func=_command("listen", "cmd_listen"))
+
+    ms = sub.add_parser("mesh", help="the fabric check: from every local rail (RDMA netdev), does the CM reach "
+                                     "each target? a matrix, with the reason of every failure")
+    ms.add_argument("targets", nargs="*", metavar="TARGET", help="addresses or host names to check (a name: its "
+                                                                 "first address, or all with --all-addresses)")
+    ms.add_argument("--hosts", metavar="FILE", help="more targets, from FILE: whitespace-separated, # comments")
+    ms.add_argument("--rails", metavar="NETDEVS", help="the rails to check from: netdev names separated by commas, "
+                                                       "or all (default: every netdev with an RDMA device)")
+    ms.add_argument("--port", metavar="P", help="the port to connect to (default %d: a listener there, e.g. "
+                                                "`pyrdmacm listen --identify`, accepts; nobody: REJ reason 8, "
+                                                "which proves the CM path too)" % DEFAULT_PORT)
+    ms.add_argument("--timeout", default="2000", metavar="MS", help="each step's timeout in ms (default 2000)")
+    ms.add_argument("--concurrency", default="64", metavar="N", help="cells in flight at most (default 64)")
+    ms.add_argument("--all-addresses", action="store_true", help="check every address a host name has")
+    ms.add_argument("-n", "--numeric", action="store_true", help="look up no host names: targets are addresses")
+    ms.add_argument("--json", action="store_true", help="JSON Lines: a line per cell as it ends, then the summary "
+                                                       "(what --merge reads)")
+    ms.add_argument("--svg", metavar="FILE", help="also draw the matrix as an SVG picture in FILE")
+    ms.add_argument("--prometheus", metavar="FILE", help="also write the matrix as a Prometheus text file "
+                                                         "(node_exporter's textfile collector)")
+    ms.add_argument("--merge", nargs="+", metavar="FILE", help="join saved --json runs (one per host) into one "
+                                                               "matrix instead of checking")
+    ms.add_argument("--brief", action="store_true", help="the table alone, without each failure's explanation")
+    ms.set_defaults(func=_command("mesh", "cmd_mesh"))
     setattr(p, "_subcommands", {name: sp for name, sp in sub.choices.items()})
     return p
 

@@ -56,6 +56,9 @@ def cmd_listen(args: argparse.Namespace) -> int:
         args.disconnect_ms = _ms_after(args.disconnect_after, "--disconnect-after")
         ud = ps is PortSpace.UDP
         family = addr.family or AF_INET
+        if getattr(args, "identify", False) and (args.reject or args.private_data is not None or ud):
+            raise _BadInput("--identify answers each REP with this host's name, rail and address: it takes no "
+                            "--private-data or --reject, and a SIDR REP (--ps udp) is not read by mesh")
         if args.reject:
             data = _private_data_arg(args.private_data, [("SIDR_REP" if ud else "REJ", family)])
         else:
@@ -133,6 +136,24 @@ def cmd_listen(args: argparse.Namespace) -> int:
     return code
 
 
+def _identity(args: argparse.Namespace, local: Any) -> bytes:
+    """--identify's REP private data for a request to ``local``: this host, the netdev that
+    owns the address (the rail) and the address, as ``pyrdmacm mesh`` reads it (looked up
+    once per address)."""
+    import socket
+
+    from .._netlink_route import addresses, links
+    from ..mesh.engine import identity
+
+    known: Dict[str, bytes] = args.__dict__.setdefault("_identities", {})
+    ip = _ip_text(local.ip)
+    if ip not in known:
+        names = {link.index: link.name for link in links()}
+        rail = next((names.get(i, "?") for i, addrs in addresses().items() for a in addrs if a.ip == local.ip), "?")
+        known[ip] = identity(socket.gethostname(), rail, ip)
+    return known[ip]
+
+
 def _listen_step(ch: Any, lst: Any, conns: Dict[int, "_Conn"], stats: Dict[str, int], args: argparse.Namespace,
                  data: bytes, ud: bool, emit: Any) -> int:
     """Read one event (or wait until the nearest TIMEWAIT_EXIT deadline) and answer it."""
@@ -196,6 +217,8 @@ def _listen_step(ch: Any, lst: Any, conns: Dict[int, "_Conn"], stats: Dict[str, 
         emit(record, "#%d CONNECT_REQUEST from %s to %s %s" % (n, who, local, params),
              "#%d   peer private data: %s" % (n, _pd_text(peer["private_data"])))
         message = ("SIDR REP" if ud else "REJ") if args.reject else ("SIDR REP" if ud else "REP")
+        if getattr(args, "identify", False) and local is not None:
+            data = _identity(args, local)
         try:
             if args.reject:
                 req.reject(data)

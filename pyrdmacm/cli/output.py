@@ -11,6 +11,11 @@ import json
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..errors import error_object
+
+#: the one error object: every subcommand's JSON says an error so
+error_json = error_object
+
 EXIT_OK, EXIT_EVENT, EXIT_KERNEL, EXIT_USAGE, EXIT_NODEV, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 
 #: every subcommand's exit status, and what it means: the code returns these, --help and
@@ -110,21 +115,6 @@ def json_line(record: Dict[str, Any]) -> None:
     out = {"schema": JSON_SCHEMA}
     out.update(_jsonable(record))
     sys.stdout.write(json.dumps(out, separators=(", ", ": ")) + "\n")
-
-
-def error_json(e: BaseException, message: Optional[str] = None, **extra: Any) -> Dict[str, Any]:
-    """The one error object of every subcommand's JSON: ``{errno, name, message}`` (``name``
-    null when there is no errno), with ``extra`` first (``step``, ``refused`` ...)."""
-    err = getattr(e, "errno", None)
-    out: Dict[str, Any] = dict(extra)
-    out.update(errno=err, name=_errno_name(err) if err else None, message=_text(e) if message is None else message)
-    return out
-
-
-def _errno_name(err: int) -> str:
-    from ..errors import errno_name
-
-    return errno_name(err)
 
 
 def _err(msg: str) -> None:

@@ -1,0 +1,150 @@
+"""``mesh``: the fabric check (:mod:`pyrdmacm.mesh`) from the command line: every local rail
+against every target, as a table, JSON Lines, an SVG picture and a Prometheus text file;
+``--merge`` joins the JSON of many hosts' runs into one matrix."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+import time
+from typing import Any, List, Optional
+
+from . import conn
+from .inputs import DEFAULT_PORT, _BadInput, _timeout_ms
+from .output import EXIT_EVENT, EXIT_INTERRUPTED, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _err, _text, error_json, json_line
+
+
+def _targets_from(args: argparse.Namespace) -> List[str]:
+    words = list(args.targets)
+    if args.hosts:
+        try:
+            with open(args.hosts) as f:
+                for line in f:
+                    line = line.split("#", 1)[0].strip()
+                    words.extend(line.split())
+        except OSError as e:
+            raise _BadInput("--hosts %s: %s" % (args.hosts, e.strerror or e)) from None
+    if not words:
+        raise _BadInput("give the targets to check (addresses or host names), or --hosts FILE, or --merge FILES")
+    return words
+
+
+def _int(text: str, flag: str, lo: int, hi: int) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        value = lo - 1
+    if not lo <= value <= hi:
+        raise _BadInput("%s takes a number %d..%d, got %r" % (flag, lo, hi, text))
+    return value
+
+
+def _outputs(args: argparse.Namespace, m: Any, code: int, started: float) -> int:
+    from ..mesh import render
+
+    try:
+        if args.svg:
+            render.write_atomically(args.svg, render.svg(m))
+        if args.prometheus:
+            render.write_atomically(args.prometheus, render.prometheus(m))
+    except OSError as e:
+        _err("cannot write %s: %s" % (e.filename, e.strerror or e))
+        code = code or EXIT_USAGE
+    cells = list(m.cells.values())
+    ok = sum(1 for c in cells if c.ok)
+    if args.json:
+        json_line({"summary": {"cells": len(cells), "ok": ok, "failed": len(cells) - ok,
+                               "rows": ["%s/%s" % r for r in m.rows], "targets": m.columns,
+                               "seconds": round(time.monotonic() - started, 3)}, "exit": code})
+    else:
+        sys.stdout.write(render.table(m, explain=not args.brief))
+    return code
+
+
+def _merge(args: argparse.Namespace) -> int:
+    from ..mesh import merge
+
+    started = time.monotonic()
+    try:
+        m = merge(args.merge)
+    except (OSError, ValueError) as e:
+        _err("--merge: %s" % (e if not isinstance(e, OSError) else "%s: %s" % (e.filename, e.strerror or e)))
+        return EXIT_USAGE
+    if args.json:
+        for c in m.cells.values():
+            json_line({"cell": c.to_json()})
+    return _outputs(args, m, EXIT_OK if not m.failed else EXIT_EVENT, started)
+
+
+def cmd_mesh(args: argparse.Namespace) -> int:
+    from ..errors import DeviceNodeError
+    from ..mesh import Cell, Matrix, check, engine
+
+    if args.merge:
+        if args.targets or args.hosts:
+            _err("--merge joins saved runs: give no targets with it")
+            return EXIT_USAGE
+        return _merge(args)
+    try:
+        words = _targets_from(args)
+        port = _int(args.port, "--port", 1, 65535) if args.port is not None else DEFAULT_PORT
+        timeout_ms = _timeout_ms(args.timeout)
+        concurrency = _int(args.concurrency, "--concurrency", 1, 100000)
+        names = None if args.rails in (None, "all") else [n for n in args.rails.split(",") if n]
+        if names == []:
+            raise _BadInput("--rails takes netdev names separated by commas, or all")
+        try:
+            rails = engine.rails(names)
+            targets = engine.targets(words, all_addresses=args.all_addresses, numeric=args.numeric)
+        except ValueError as e:
+            raise _BadInput(str(e)) from None
+    except _BadInput as e:
+        _err(_text(e))
+        return EXIT_USAGE
+    if not rails:
+        _err("no rails here: no netdev has an RDMA device behind it (see `pyrdmacm devices`, `rdma link`); "
+             "--rails NETDEV checks one anyway")
+        return EXIT_NODEV
+    try:
+        ch = conn._open_channel()
+    except DeviceNodeError as e:
+        _err(_text(e))
+        if args.json:
+            json_line({"error": error_json(e), "exit": EXIT_NODEV})
+        return EXIT_NODEV
+    done: List[Cell] = []
+    total = len(rails) * len(targets)
+    progress = sys.stderr.isatty() and not args.json
+
+    def on_cell(c: Cell) -> None:
+        done.append(c)
+        if args.json:
+            json_line({"cell": c.to_json()})
+            sys.stdout.flush()
+        if progress:
+            bad = sum(1 for d in done if not d.ok)
+            sys.stderr.write("\r%d/%d cells checked, %d do not reach the far CM " % (len(done), total, bad))
+            sys.stderr.flush()
+
+    started = time.monotonic()
+    code: Optional[int] = None
+    try:
+        check(rails, targets, port=port, timeout_ms=timeout_ms, concurrency=concurrency, on_cell=on_cell, channel=ch)
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+    finally:
+        ch.close()
+        if progress:
+            sys.stderr.write("\n")
+    host = done[0].host if done else socket.gethostname()
+    by_place = {(c.rail, c.target): c for c in done}
+    m = Matrix.of(by_place.get((r.netdev, t.name)) or Cell(host=host, rail=r.netdev, target=t.name, dst=t.address)
+                  for r in rails for t in targets)  # in the plan's order: cells not checked (Ctrl-C) say so
+    if args.json:  # the stream holds the whole matrix: the cells not checked too
+        for c in m.cells.values():
+            if c.outcome == "not-checked":
+                json_line({"cell": c.to_json()})
+    if code is None:
+        code = EXIT_OK if not m.failed else EXIT_EVENT
+    return _outputs(args, m, code, started)

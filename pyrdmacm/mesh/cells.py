@@ -1,0 +1,101 @@
+"""The fabric check's records: a rail, a target, and a cell (one rail to one target), with
+the outcomes a cell can have and what each means."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+#: outcome -> (the CM path works, what it means); the order is the legend's
+OUTCOMES: Dict[str, Tuple[bool, str]] = {
+    "established": (True, "a listener accepted: REQ, REP, RTU, then DREQ and DREP"),
+    "no-listener": (True, "REJ reason 8 (invalid service id): the whole CM path works, nobody listens on the port"),
+    "rejected": (True, "a listener rejected the request (the REJ's reason): the CM path works"),
+    "wrong-host": (False, "a listener answered, but it names another host or address than the target: "
+                          "the address is answered by the wrong node"),
+    "addr-error": (False, "ADDR_ERROR: the address did not resolve (status: why)"),
+    "route-error": (False, "ROUTE_ERROR: the route did not resolve (status: why)"),
+    "unreachable": (False, "UNREACHABLE: neither a REP nor a REJ came back (the CM's retries ran out)"),
+    "refused": (False, "the kernel refused a command at once (its errno)"),
+    "timeout": (False, "no answer within the timeout"),
+    "no-source": (False, "the rail has no address of the target's family"),
+    "not-checked": (False, "not checked: the run was stopped first"),
+    "bad-target": (False, "the target cannot be used (a name that does not resolve, an address of no family "
+                          "this rail has)"),
+}
+
+
+@dataclass(frozen=True)
+class Rail:
+    """A local RDMA netdev with an address: where a cell's source comes from."""
+
+    netdev: str
+    addresses: Tuple[str, ...]
+    device: Optional[str] = None  #: the RDMA device behind it, when one is (None: a rail that cannot work)
+    port: Optional[int] = None
+
+    def source(self, version: int) -> Optional[str]:
+        """The rail's first address of IP ``version`` (4 or 6), or None."""
+        import ipaddress
+
+        return next((a for a in self.addresses if ipaddress.ip_address(a.split("%")[0]).version == version), None)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A destination as given (``name``) and the address checked (``address``; None when
+    it could not be made: ``error`` says why)."""
+
+    name: str
+    address: Optional[str]
+    error: Optional[str] = None
+
+
+@dataclass
+class Cell:
+    """One rail to one target: the outcome, where it went, what each step took."""
+
+    host: str
+    rail: str
+    target: str
+    outcome: str = "not-checked"
+    src: Optional[str] = None
+    dst: Optional[str] = None
+    #: the event's status: a negative errno, or the REJ's reason (REJECTED)
+    status: Optional[int] = None
+    detail: Optional[str] = None  #: the status by name, or the error, in words
+    device: Optional[str] = None
+    port: Optional[int] = None
+    gid_index: Optional[int] = None
+    gid_type: Optional[str] = None
+    sgid: Optional[str] = None
+    dgid: Optional[str] = None
+    ms: Dict[str, float] = field(default_factory=dict)  #: each step's time: addr, route, connect, disconnect
+    agent: Optional[Dict[str, str]] = None  #: what an identifying listener said it is
+    error: Optional[Dict[str, Any]] = None  #: the one error object, when a command was refused
+    why: List[str] = field(default_factory=list)  #: the pre-check's explanation of a failure
+
+    @property
+    def ok(self) -> bool:
+        """The CM path from the rail to the target works (established, or rejected by the far CM)."""
+        return OUTCOMES[self.outcome][0]
+
+    def to_json(self) -> Dict[str, Any]:
+        from dataclasses import asdict
+
+        out = asdict(self)
+        out["ok"] = self.ok
+        return out
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "Cell":
+        """A cell as :meth:`to_json` wrote it (ValueError naming what is wrong)."""
+        from dataclasses import fields
+
+        names = {f.name for f in fields(cls)}
+        missing = {"host", "rail", "target", "outcome"} - set(d)
+        if missing:
+            raise ValueError("a cell needs %s" % ", ".join(sorted(missing)))
+        if d["outcome"] not in OUTCOMES:
+            raise ValueError("unknown outcome %r (known: %s)" % (d["outcome"], ", ".join(OUTCOMES)))
+        return cls(**{k: v for k, v in d.items() if k in names})

@@ -1,0 +1,279 @@
+"""The fabric check's engine: the rails of this host, and every cell driven through one
+event channel by the asyncio adapter, a bounded number in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import time
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from .cells import Cell, Rail, Target
+
+#: what an identifying listener (``pyrdmacm listen --identify``) puts first in its REP's
+#: private data, then ``key=value`` words: host, rail, addr
+IDENTIFY_MAGIC = "pyrdmacm-id"
+
+
+def rails(names: Optional[Iterable[str]] = None, *, devices: Any = None) -> List[Rail]:
+    """This network namespace's rails: each netdev with an RDMA port or GID behind it, with its
+    addresses (IPv4, and IPv6 of global scope), in ifindex order; ``names``: just these, in
+    this order, whether RDMA is behind them or not (a rail with no device or no address is
+    still a rail: its cells say what it lacks).  ValueError for a name that is no netdev."""
+    from .. import devices as dev
+    from .._netlink_route import addresses, links
+
+    devs = dev.list_devices() if devices is None else list(devices)
+    behind: Dict[str, Tuple[str, int]] = {}
+    for d in devs:
+        for p in d.ports:
+            for nd in [p.netdev] + [g.netdev for g in p.gids]:
+                if nd and nd not in behind:
+                    behind[nd] = (d.name, p.number)
+    by_name = {link.name: link for link in links() if not link.is_loopback}
+    addrs = addresses()
+    if names is None:
+        chosen = [n for n in by_name if n in behind]
+    else:
+        chosen = list(dict.fromkeys(names))
+        unknown = [n for n in chosen if n not in by_name]
+        if unknown:
+            raise ValueError("no netdev %s in this network namespace (`ip link` lists them)" % ", ".join(unknown))
+    out = []
+    for name in chosen:
+        ifaddrs = addrs.get(by_name[name].index, ())
+        shown = tuple(str(a.ip) for a in ifaddrs if a.scope == 0 and a.usable)  # universe: no link-local
+        device, port = behind.get(name, (None, None))
+        out.append(Rail(name, shown, device, port))
+    return out
+
+
+def targets(words: Sequence[str], *, all_addresses: bool = False, numeric: bool = False) -> List[Target]:
+    """Targets as an operator writes them: addresses, or host names looked up as
+    getaddrinfo does (its first answer; every address with ``all_addresses``).  A name that
+    does not resolve is a target with an ``error`` (its cells say so: the rest are still
+    checked).  Duplicates (the same address twice) are checked once: ValueError names them."""
+    from .._addr_lookup import lookup_host
+    from ..errors import UsageError
+
+    out: List[Target] = []
+    for w in words:
+        try:
+            if numeric:
+                ip = ipaddress.ip_address(w.split("%")[0])
+                out.append(Target(w, w if "%" in w else str(ip)))
+                continue
+            addr, named = lookup_host(w)
+        except (UsageError, ValueError) as e:
+            out.append(Target(w, None, str(e)))
+            continue
+        if named is not None and all_addresses and len(named.addresses) > 1:
+            out.extend(Target("%s (%s)" % (w, a), str(a)) for a in named.addresses)
+        else:
+            out.append(Target(w, str(addr.ip) if not addr.zone else "%s%%%s" % (addr.ip, addr.zone)))
+    seen: Dict[str, str] = {}
+    dups = []
+    for t in out:
+        if t.address is None:
+            continue
+        if t.address in seen:
+            dups.append("%s (%s and %s)" % (t.address, seen[t.address], t.name))
+        seen[t.address] = t.name
+    if dups:
+        raise ValueError("targets given twice: %s: give each once" % "; ".join(dups))
+    return out
+
+
+def parse_identity(data: bytes) -> Optional[Dict[str, str]]:
+    """What an identifying listener said in its REP (``pyrdmacm-id host=.. rail=.. addr=..``),
+    or None when the private data is not that."""
+    text = data.rstrip(b"\0").decode("ascii", "replace")
+    words = text.split()
+    if not words or words[0] != IDENTIFY_MAGIC:
+        return None
+    return dict(w.split("=", 1) for w in words[1:] if "=" in w)
+
+
+def identity(host: str, rail: str, addr: str) -> bytes:
+    """The REP's private data of an identifying listener (within the REP's 196 bytes)."""
+    return ("%s host=%s rail=%s addr=%s" % (IDENTIFY_MAGIC, host, rail, addr)).encode("ascii", "replace")[:196]
+
+
+def _gid_entry(devs: Any, device: Optional[str], port: Optional[int], sgid: Any) -> Tuple[Optional[int], Optional[str]]:
+    """The GID table's index and type of ``sgid`` on the port: RoCE v2 first, as rdma_cm's
+    default GID type is (None, None when the table does not show it)."""
+    if device is None or sgid is None:
+        return None, None
+    found = [(g.index, g.type.value) for d in devs if d.name == device for p in d.ports if p.number == port
+             for g in p.gids if g.gid == sgid]
+    found.sort(key=lambda e: (e[1] != "RoCE v2", e[0]))
+    return found[0] if found else (None, None)
+
+
+def _why(dst: str, src: Optional[str]) -> List[str]:
+    """The pre-check's explanation for a cell that failed: what is missing, the warnings,
+    then its reasoning (the lookup, the route, the source, the device, the neighbour)."""
+    from .. import precheck
+    from ..addr import parse_address
+    from ..errors import PrecheckError, RdmaCmError
+
+    try:
+        p = precheck.predict(parse_address(dst), parse_address(src) if src else None, check_node=False)
+    except PrecheckError as e:
+        made = getattr(e, "prediction", None)  # what was predicted up to the refusal
+        return ["pre-check: %s" % e] + (["  " + r for r in made.reasoning] if made is not None else [])
+    except (RdmaCmError, OSError, ValueError) as e:
+        return ["pre-check could not run: %s" % e]
+    lines = ["missing: %s (%s)" % (m.message, m.hint) for m in p.missing]
+    lines += ["warning: " + w for w in p.warnings]
+    return lines + list(p.reasoning)
+
+
+async def _cell(ach: Any, cell: Cell, src: str, dst: str, port: int, ps: Any, timeout_ms: int,
+                devs: Any) -> None:
+    """Drive one cell: resolve, route, connect (and, if accepted, RTU and disconnect)."""
+    from ..abi import CmEventType as E
+    from ..addr import parse_address
+    from ..errors import RdmaCmError
+
+    cm = ach.channel.create_id(ps)
+    step_s = timeout_ms / 1000.0 + 1.0  # the kernel's own ADDR_ERROR / ROUTE_ERROR comes at timeout_ms
+    try:
+        async def step(name: str, aw: Any, wait_s: float) -> Any:
+            t = time.monotonic()
+            try:
+                ev = await asyncio.wait_for(aw, wait_s)
+            except asyncio.TimeoutError:
+                cell.outcome, cell.detail = "timeout", "no answer to %s within %.1f s" % (name, wait_s)
+                return None
+            finally:
+                cell.ms[name] = round((time.monotonic() - t) * 1000, 3)
+            return ev
+
+        try:
+            ev = await step("addr", ach.resolve_addr(cm, parse_address(dst, port), src=parse_address(src),
+                                                     timeout_ms=timeout_ms, raise_on_error=False), step_s)
+            if ev is None:
+                return
+            if ev.event is not E.ADDR_RESOLVED or ev.status:
+                cell.outcome, cell.status, cell.detail = "addr-error", ev.status, ev.status_name or ev.event.name
+                return
+            ev = await step("route", ach.resolve_route(cm, timeout_ms, raise_on_error=False), step_s)
+            if ev is None:
+                return
+            if ev.event is not E.ROUTE_RESOLVED or ev.status:
+                cell.outcome, cell.status, cell.detail = "route-error", ev.status, ev.status_name or ev.event.name
+                return
+            info = cm.query_addr()
+            cell.device = info.device.name if info.device else None
+            cell.port = info.port_num
+            sgid, dgid = cm.query_gid()
+            cell.sgid = str(sgid.ip) if sgid is not None else None
+            cell.dgid = str(dgid.ip) if dgid is not None else None
+            cell.gid_index, cell.gid_type = _gid_entry(devs, cell.device, cell.port, sgid.ip if sgid else None)
+            ev = await step("connect", ach.connect(cm, qp_num=None, responder_resources=1, initiator_depth=1,
+                                                   raise_on_error=False), timeout_ms / 1000.0)
+            if ev is None:
+                return
+        except RdmaCmError as e:  # refused at once (EADDRNOTAVAIL, ENETUNREACH, ENODEV ...)
+            from ..errors import error_object
+
+            cell.outcome, cell.status = "refused", getattr(e, "errno", None)
+            cell.error = error_object(e, refused=getattr(e, "command", None))
+            cell.detail = cell.error["name"] or str(e)
+            return
+        if ev.event is E.REJECTED:
+            cell.status = ev.status
+            cell.outcome = "no-listener" if ev.status == 8 else "rejected"
+            cell.detail = "REJ reason %d%s" % (ev.status, " (%s)" % ev.status_name if ev.status_name else "")
+            return
+        if ev.event is not E.CONNECT_RESPONSE or ev.status:
+            cell.outcome, cell.status = "unreachable", ev.status
+            cell.detail = "%s%s" % (ev.event.name, " (%s)" % ev.status_name if ev.status_name else "")
+            return
+        cell.outcome = "established"
+        who = parse_identity(ev.param.private_data)
+        if who is not None:
+            cell.agent = who
+            if who.get("addr") not in (None, dst.split("%")[0]):
+                cell.outcome = "wrong-host"
+                cell.detail = "answered by %s (rail %s, address %s), not %s" % (
+                    who.get("host"), who.get("rail"), who.get("addr"), dst)
+        outcome, detail = cell.outcome, cell.detail
+        try:
+            await step("disconnect", ach.disconnect(cm, raise_on_error=False), timeout_ms / 1000.0)
+        except RdmaCmError:
+            pass  # the peer disconnected first: the connection is down either way
+        cell.outcome, cell.detail = outcome, detail  # no DREP in time: the handshake itself was fine
+    finally:
+        cm.destroy()
+
+
+async def check_async(rails: Sequence[Rail], targets: Sequence[Target], *, port: int = 7471, timeout_ms: int = 2000,
+                      concurrency: int = 64, ps: str = "tcp", host: Optional[str] = None,
+                      on_cell: Optional[Callable[[Cell], None]] = None, channel: Any = None) -> List[Cell]:
+    """Every rail against every target (rows in ``rails``' order, columns in ``targets``'),
+    at most ``concurrency`` cells in flight, through one event channel (``channel``, or a
+    new one); ``on_cell`` sees each cell as it ends.  Cells that fail get the pre-check's
+    explanation.  Cancelled (Ctrl-C), the cells done so far are returned as they are."""
+    from .. import devices as dev
+    from ..abi import PortSpace
+    from ..aio import AsyncChannel
+
+    if concurrency < 1:
+        raise ValueError("concurrency must be at least 1, got %d" % concurrency)
+    if not 1 <= port <= 65535:
+        raise ValueError("port must be 1..65535, got %d" % port)
+    pspace = {"tcp": PortSpace.TCP, "ib": PortSpace.IB}[ps]
+    host = host or socket.gethostname()
+    devs = dev.list_devices()
+    cells: List[Cell] = []
+    work: List[Tuple[Cell, str, str]] = []
+    for r in rails:
+        for t in targets:
+            c = Cell(host=host, rail=r.netdev, target=t.name, dst=t.address)
+            cells.append(c)
+            if t.address is None:
+                c.outcome, c.detail = "bad-target", t.error
+                continue
+            version = ipaddress.ip_address(t.address.split("%")[0]).version
+            src = r.source(version)
+            c.src = src
+            if src is None:
+                c.outcome = "no-source"
+                c.detail = "rail %s has no IPv%d address%s" % (r.netdev, version, "" if r.addresses else
+                                                               " (it has no address at all)")
+                continue
+            work.append((c, src, t.address))
+    for c in cells:
+        if c.dst is None or c.src is None:
+            if on_cell is not None:
+                on_cell(c)
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(c: Cell, src: str, dst: str) -> None:
+        async with gate:
+            try:
+                await _cell(ach, c, src, dst, port, pspace, timeout_ms, devs)
+            finally:
+                if not c.ok:
+                    c.why = _why(dst, src)
+                if on_cell is not None:
+                    on_cell(c)
+
+    async with AsyncChannel(channel) as ach:
+        tasks = [asyncio.ensure_future(one(c, s, d)) for c, s, d in work]
+        try:
+            await asyncio.gather(*tasks)
+        except asyncio.CancelledError:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+    return cells
+
+
+def check(rails: Sequence[Rail], targets: Sequence[Target], **kwargs: Any) -> List[Cell]:
+    """:func:`check_async` in a loop of its own (a program with no asyncio loop running)."""
+    return asyncio.run(check_async(rails, targets, **kwargs))

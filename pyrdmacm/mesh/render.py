@@ -1,0 +1,154 @@
+"""The fabric check's matrix drawn for people and for monitoring: a text table (rows the
+rails, columns the targets), an SVG picture to paste into a ticket, and a Prometheus text
+file for node_exporter's textfile collector."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Dict, List, Optional, Tuple
+from xml.sax.saxutils import escape
+
+from .cells import OUTCOMES, Cell
+from .merge import Matrix
+
+#: outcome -> (the table's short form, the picture's colour)
+_LOOK: Dict[str, Tuple[str, str]] = {
+    "established": ("OK", "#1a9850"),
+    "no-listener": ("ok8", "#91cf60"),
+    "rejected": ("rej", "#d9ef8b"),
+    "wrong-host": ("WRONG", "#7b3294"),
+    "addr-error": ("ADDR", "#d73027"),
+    "route-error": ("ROUTE", "#f46d43"),
+    "unreachable": ("UNREACH", "#a50026"),
+    "refused": ("REFUSED", "#e34a33"),
+    "timeout": ("TIMEOUT", "#fdae61"),
+    "no-source": ("NOSRC", "#bababa"),
+    "not-checked": ("-", "#f0f0f0"),
+    "bad-target": ("BAD", "#878787"),
+}
+assert set(_LOOK) == set(OUTCOMES), "every outcome has a look"
+
+
+def _row_name(m: Matrix, row: Tuple[str, str]) -> str:
+    return row[1] if len({h for h, _ in m.rows}) == 1 else "%s/%s" % row
+
+
+def short(cell: Optional[Cell]) -> str:
+    """A cell as the table shows it: the outcome's short form, and the REJ's reason or the
+    failure's status."""
+    if cell is None:
+        return "."
+    text = _LOOK[cell.outcome][0]
+    if cell.outcome == "rejected" and cell.status is not None:
+        text += str(cell.status)
+    elif not cell.ok and cell.status is not None and cell.outcome != "wrong-host":
+        text += " %d" % cell.status
+    return text
+
+
+def legend() -> List[str]:
+    return ["%-8s %s" % (_LOOK[o][0], what) for o, (_ok, what) in OUTCOMES.items()]
+
+
+def table(m: Matrix, *, explain: bool = True) -> str:
+    """The matrix as text: a row per rail, a column per target; then each failed cell with
+    its status, where it went and the pre-check's explanation."""
+    names = [_row_name(m, r) for r in m.rows]
+    first = max([len("rail")] + [len(n) for n in names])
+    widths = [max([len(c)] + [len(short(m.get(r, c))) for r in m.rows]) for c in m.columns]
+    lines = ["%-*s  %s" % (first, "rail", "  ".join("%-*s" % (w, c) for w, c in zip(widths, m.columns)))]
+    for name, row in zip(names, m.rows):
+        lines.append("%-*s  %s" % (first, name, "  ".join("%-*s" % (w, short(m.get(row, c)))
+                                                           for w, c in zip(widths, m.columns))))
+    cells = list(m.cells.values())
+    ok = sum(1 for c in cells if c.ok)
+    lines.append("%d cells: %d reach the far CM, %d do not" % (len(cells), ok, len(cells) - ok))
+    failed = m.failed
+    if failed and explain:
+        lines.append("")
+        for c in failed:
+            where = " via %s port %s" % (c.device, c.port) if c.device else ""
+            lines.append("%s -> %s (%s): %s%s%s" % (_row_name(m, (c.host, c.rail)), c.target, c.dst or "?",
+                                                    c.outcome, " -- %s" % c.detail if c.detail else "", where))
+            lines += ["    " + w for w in c.why[:8]]
+    return "\n".join(lines) + "\n"
+
+
+def svg(m: Matrix, title: str = "pyrdmacm mesh") -> str:
+    """The matrix as an SVG picture: a square per cell coloured by its outcome (its tooltip
+    the details), the rails down the side, the targets along the top, a legend below."""
+    cell_px, gap = 28, 2
+    names = [_row_name(m, r) for r in m.rows]
+    left = 12 + 7 * max([4] + [len(n) for n in names])
+    top = 40 + 7 * max([4] + [len(c) for c in m.columns])
+    width = max(left + len(m.columns) * (cell_px + gap) + 20, 520)
+    used = [o for o in OUTCOMES if any(c.outcome == o for c in m.cells.values())]
+    height = top + len(m.rows) * (cell_px + gap) + 30 + 18 * len(used)
+    cells = list(m.cells.values())
+    ok = sum(1 for c in cells if c.ok)
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="monospace" '
+           'font-size="12">' % (width, height),
+           '<rect width="100%" height="100%" fill="white"/>',
+           '<text x="10" y="20" font-size="14" font-weight="bold">%s: %d cells, %d reach the far CM, %d do not'
+           '</text>' % (escape(title), len(cells), ok, len(cells) - ok)]
+    for j, col in enumerate(m.columns):
+        x = left + j * (cell_px + gap) + cell_px // 2
+        out.append('<text transform="translate(%d,%d) rotate(-60)">%s</text>' % (x, top - 6, escape(col)))
+    for i, (name, row) in enumerate(zip(names, m.rows)):
+        y = top + i * (cell_px + gap)
+        out.append('<text x="8" y="%d">%s</text>' % (y + cell_px // 2 + 4, escape(name)))
+        for j, col in enumerate(m.columns):
+            c = m.get(row, col)
+            x = left + j * (cell_px + gap)
+            colour = _LOOK[c.outcome][1] if c is not None else "#ffffff"
+            tip = "no cell" if c is None else "%s -> %s (%s): %s%s" % (
+                name, col, c.dst or "?", c.outcome, " -- " + c.detail if c.detail else "")
+            if c is not None and c.ms:
+                tip += "; " + ", ".join("%s %.1f ms" % kv for kv in c.ms.items())
+            if c is not None and c.why:
+                tip += "\n" + "\n".join(c.why[:6])
+            out.append('<rect x="%d" y="%d" width="%d" height="%d" fill="%s" stroke="#555"><title>%s</title></rect>'
+                       % (x, y, cell_px, cell_px, colour, escape(tip)))
+    y = top + len(m.rows) * (cell_px + gap) + 20
+    for o in used:
+        out.append('<rect x="10" y="%d" width="12" height="12" fill="%s" stroke="#555"/>' % (y - 10, _LOOK[o][1]))
+        out.append('<text x="28" y="%d">%s: %s</text>' % (y, o, escape(OUTCOMES[o][1])))
+        y += 18
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def _label(value: object) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def prometheus(m: Matrix, now: Optional[float] = None) -> str:
+    """The matrix in Prometheus' text format: per cell a gauge of whether the CM path works
+    and, for cells that reached the far CM, the handshake's time."""
+    def labels(c: Cell) -> str:
+        return 'host="%s",rail="%s",target="%s",dst="%s",outcome="%s"' % tuple(
+            _label(v) for v in (c.host, c.rail, c.target, c.dst or "", c.outcome))
+
+    cells = list(m.cells.values())
+    lines = ["# HELP pyrdmacm_mesh_cell_ok 1 when the CM path from the rail to the target works (established, or "
+             "rejected by the far CM), else 0.",
+             "# TYPE pyrdmacm_mesh_cell_ok gauge"]
+    lines += ["pyrdmacm_mesh_cell_ok{%s} %d" % (labels(c), c.ok) for c in cells]
+    lines += ["# HELP pyrdmacm_mesh_handshake_seconds From the REQ to the REP or REJ, for cells that reached the "
+              "far CM.", "# TYPE pyrdmacm_mesh_handshake_seconds gauge"]
+    lines += ["pyrdmacm_mesh_handshake_seconds{%s} %g" % (labels(c), c.ms["connect"] / 1000.0)
+              for c in cells if c.ok and "connect" in c.ms]
+    lines += ["# HELP pyrdmacm_mesh_last_run_timestamp_seconds When this check ran.",
+              "# TYPE pyrdmacm_mesh_last_run_timestamp_seconds gauge",
+              "pyrdmacm_mesh_last_run_timestamp_seconds %.3f" % (time.time() if now is None else now)]
+    return "\n".join(lines) + "\n"
+
+
+def write_atomically(path: str, text: str) -> None:
+    """Write ``path`` as node_exporter's textfile collector needs it: a file beside it, then
+    renamed over it, so that a scrape never reads half a file."""
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)

@@ -1,0 +1,235 @@
+"""The fabric check (`pyrdmacm mesh`, pyrdmacm.mesh) on the fake fabric: the CLI runs on host B
+(10.9.0.2) with one rail; host A (10.9.0.1) listens or not.  Each outcome, the outputs
+(table, JSON Lines, SVG, Prometheus), --merge of two hosts' runs, Ctrl-C, and bad input."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from typing import List
+
+import pytest
+
+from pyrdmacm import CmId, EventChannel, cli, mesh
+from pyrdmacm.abi import CmEventType as E
+from pyrdmacm.cli import conn
+from pyrdmacm.mesh import engine, render
+from pyrdmacm.mesh.cells import OUTCOMES, Cell
+from pyrdmacm.testing import FakeFabric
+
+A, B = "10.9.0.1", "10.9.0.2"
+
+
+@pytest.fixture
+def fabric():
+    fab = FakeFabric(timewait_ms=50, cm_timeout_ms=300, cm_retry_ms=20)
+    yield fab
+    fab.close()
+
+
+@pytest.fixture
+def on_b(fabric, monkeypatch):
+    """The CLI's channel on host B, one rail (fake0's netdev, B's address); the pre-check's
+    explanation is this machine's, so it is replaced by a marker."""
+    host_a = fabric.host(A)  # on the fabric: it answers ARP, and its CM answers REQs
+    host_b = fabric.host(B)
+    monkeypatch.setattr(conn, "_open_channel", lambda: EventChannel(host_b()))
+    monkeypatch.setattr(engine, "rails", lambda names=None: [mesh.Rail("eth0", (B,), "fake0", 1)]
+                        if names in (None, ["eth0"]) else (_ for _ in ()).throw(ValueError("no netdev %s" % names)))
+    monkeypatch.setattr(engine, "_why", lambda dst, src: ["explained: %s from %s" % (dst, src)])
+    return host_a, host_b
+
+
+def _listener(host, data=b"", reject=False, port=7471):
+    ch = EventChannel(host())
+    lst = CmId(ch)
+    lst.bind_addr("0.0.0.0:%d" % port)
+    lst.listen()
+    import threading
+
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            ev = ch.get_event(0.05)
+            if ev is None:
+                continue
+            ev.ack()
+            if ev.event is E.CONNECT_REQUEST:
+                if reject:
+                    ev.id.reject(b"no")
+                else:
+                    ev.id.accept(private_data=data, responder_resources=1, initiator_depth=1)
+            elif ev.event is E.DISCONNECTED:
+                ev.id.destroy()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+
+    def close():
+        stop.set()
+        t.join(2)
+        ch.close()
+
+    return close
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+def _cells(out: str) -> List[dict]:
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert all(r["schema"] == 1 for r in lines)
+    return [r["cell"] for r in lines if "cell" in r]
+
+
+def test_no_listener_is_reason_8_and_proves_the_path(capsys, on_b):
+    code, out, err = run(capsys, "mesh", A, "--json")
+    (cell,) = _cells(out)
+    assert code == 0, err
+    assert cell["outcome"] == "no-listener" and cell["ok"] and cell["status"] == 8
+    assert cell["src"] == B and cell["dst"] == A and cell["rail"] == "eth0" and cell["device"] == "fake0"
+    assert set(cell["ms"]) == {"addr", "route", "connect"} and cell["why"] == []
+    summary = json.loads(out.splitlines()[-1])
+    assert summary["exit"] == 0 and summary["summary"]["cells"] == 1 and summary["summary"]["failed"] == 0
+
+
+def test_a_listener_that_identifies_itself(capsys, on_b, fabric):
+    close = _listener(on_b[0], engine.identity("node-a", "eth0", A))
+    try:
+        code, out, err = run(capsys, "mesh", A, "--json")
+    finally:
+        close()
+    (cell,) = _cells(out)
+    assert code == 0, err
+    assert cell["outcome"] == "established" and cell["agent"] == {"host": "node-a", "rail": "eth0", "addr": A}
+    assert set(cell["ms"]) == {"addr", "route", "connect", "disconnect"}
+
+
+def test_an_address_answered_by_the_wrong_node(capsys, on_b, fabric):
+    close = _listener(on_b[0], engine.identity("node-c", "eth1", "10.9.0.3"))
+    try:
+        code, out, err = run(capsys, "mesh", A)
+    finally:
+        close()
+    assert code == 1, err
+    assert "WRONG" in out and "answered by node-c (rail eth1, address 10.9.0.3), not 10.9.0.1" in out
+
+
+def test_a_rejecting_listener_still_proves_the_path(capsys, on_b, fabric):
+    close = _listener(on_b[0], reject=True)
+    try:
+        code, out, _ = run(capsys, "mesh", A, "--json")
+    finally:
+        close()
+    (cell,) = _cells(out)
+    assert code == 0 and cell["outcome"] == "rejected" and cell["status"] == 28 and cell["ok"]
+
+
+def test_failures_say_why_and_the_other_cells_are_still_checked(capsys, on_b):
+    code, out, err = run(capsys, "mesh", A, "10.9.0.77", "fe80::1%lo", "no-such-host.invalid", "--timeout", "300",
+                         "--json")
+    cells = {c["target"]: c for c in _cells(out)}
+    assert code == 1, err
+    assert cells[A]["outcome"] == "no-listener"
+    bad = cells["10.9.0.77"]
+    assert bad["outcome"] in ("addr-error", "timeout", "unreachable") and not bad["ok"]
+    assert bad["why"] == ["explained: 10.9.0.77 from 10.9.0.2"]
+    assert cells["fe80::1%lo"]["outcome"] == "no-source" and "no IPv6 address" in cells["fe80::1%lo"]["detail"]
+    assert cells["no-such-host.invalid"]["outcome"] == "bad-target"
+    assert "no-such-host.invalid" in cells["no-such-host.invalid"]["detail"]
+
+
+def test_the_table_svg_and_prometheus(capsys, on_b, tmp_path):
+    svg, prom = tmp_path / "m.svg", tmp_path / "m.prom"
+    code, out, _ = run(capsys, "mesh", A, "10.9.0.77", "--timeout", "300", "--svg", str(svg),
+                       "--prometheus", str(prom))
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[0].split() == ["rail", A, "10.9.0.77"]
+    assert lines[1].split()[:2] == ["eth0", "ok8"]
+    assert "2 cells: 1 reach the far CM, 1 do not" in out
+    assert "    explained: 10.9.0.77 from 10.9.0.2" in out
+    root = ET.fromstring(svg.read_text())  # well-formed, a square per cell with its details
+    rects = [r for r in root.iter("{http://www.w3.org/2000/svg}rect") if r.find("{http://www.w3.org/2000/svg}title")
+             is not None]
+    assert len(rects) == 2 and "no-listener" in rects[0][0].text
+    text = prom.read_text()
+    assert ('pyrdmacm_mesh_cell_ok{host="%s",rail="eth0",target="10.9.0.1",dst="10.9.0.1",outcome="no-listener"} 1'
+            % engine.socket.gethostname()) in text
+    assert "# TYPE pyrdmacm_mesh_handshake_seconds gauge" in text and "pyrdmacm_mesh_last_run_timestamp_seconds" in text
+    assert not list(tmp_path.glob("*.tmp"))  # written by rename
+
+
+def test_merge_joins_two_hosts_runs(capsys, on_b, tmp_path):
+    code, out, _ = run(capsys, "mesh", A, "--json")
+    one = tmp_path / "b.json"
+    one.write_text(out)
+    other = [json.loads(line) for line in out.splitlines()]
+    for r in other:
+        if "cell" in r:
+            r["cell"].update(host="node-z", rail="eth7", outcome="route-error", status=-110)
+    two = tmp_path / "z.json"
+    two.write_text("\n".join(json.dumps(r) for r in other) + "\n")
+    code, out, _ = run(capsys, "mesh", "--merge", str(one), str(two))
+    assert code == 1
+    rows = [line.split()[0] for line in out.splitlines()[1:3]]
+    assert rows == ["%s/eth0" % engine.socket.gethostname(), "node-z/eth7"]
+    assert "ROUTE -110" in out
+    code, out, err = run(capsys, "mesh", "--merge", str(tmp_path / "nope.json"))
+    assert code == 3 and "nope.json" in err
+    (tmp_path / "junk.json").write_text("hello\n")
+    code, out, err = run(capsys, "mesh", "--merge", str(tmp_path / "junk.json"))
+    assert code == 3 and "junk.json line 1 is not JSON" in err
+
+
+def test_bad_input_is_refused_naming_it(capsys, on_b):
+    for argv, says in ((["mesh"], "give the targets"), (["mesh", A, "--port", "70000"], "--port takes"),
+                       (["mesh", A, "--concurrency", "0"], "--concurrency takes"),
+                       (["mesh", A, A], "targets given twice"), (["mesh", A, "--rails", "nosuch0"], "no netdev"),
+                       (["mesh", A, "--timeout", "x"], "--timeout"), (["mesh", A, "--hosts", "/nonexistent"], "--hosts"),
+                       (["mesh", A, "--merge", "x"], "no targets")):
+        code, out, err = run(capsys, *argv)
+        assert code == 3 and says in err and out == "", (argv, err)
+
+
+def test_ctrl_c_prints_what_was_checked(capsys, on_b, monkeypatch):
+    def interrupted(rails, targets, **kw):  # one cell done, then Ctrl-C
+        kw["on_cell"](Cell(host="h", rail="eth0", target=A, outcome="no-listener", dst=A, src=B))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mesh, "check", interrupted)
+    code, out, _ = run(capsys, "mesh", A, "10.9.0.5", "--json")
+    assert code == 130
+    cells = {c["target"]: c["outcome"] for c in _cells(out)}
+    assert cells == {A: "no-listener", "10.9.0.5": "not-checked"}  # the one not checked says so
+    assert json.loads(out.splitlines()[-1])["exit"] == 130
+
+
+def test_every_outcome_has_a_look_and_cells_round_trip():
+    for o in OUTCOMES:
+        c = Cell(host="h", rail="r", target="t", outcome=o, status=3)
+        assert render.short(c)
+        assert Cell.from_json(json.loads(json.dumps(c.to_json()))) == c
+    with pytest.raises(ValueError, match="unknown outcome"):
+        Cell.from_json({"host": "h", "rail": "r", "target": "t", "outcome": "fine"})
+
+
+def test_the_identity_fits_a_rep_and_reads_back():
+    data = engine.identity("h" * 300, "eth0", "10.0.0.1")
+    assert len(data) <= 196
+    assert engine.parse_identity(engine.identity("n1", "ib0", "10.1.0.1") + b"\0" * 100) == {
+        "host": "n1", "rail": "ib0", "addr": "10.1.0.1"}
+    assert engine.parse_identity(b"hello") is None
+
+
+def test_the_engine_refuses_a_bad_bound():
+    with pytest.raises(ValueError, match="concurrency"):
+        mesh.check([], [], concurrency=0)
+    with pytest.raises(ValueError, match="port"):
+        mesh.check([], [], port=0)
+

@@ -256,9 +256,9 @@ async def check_async(rails: Sequence[Rail], targets: Sequence[Target], *, port:
         async with gate:
             try:
                 await _cell(ach, c, src, dst, port, pspace, timeout_ms, devs)
+                if not c.ok:  # the pre-check asks the routing tables (pyroute2 runs a loop of its own: a thread)
+                    c.why = await asyncio.get_running_loop().run_in_executor(None, _why, dst, src)
             finally:
-                if not c.ok:
-                    c.why = _why(dst, src)
                 if on_cell is not None:
                     on_cell(c)
 

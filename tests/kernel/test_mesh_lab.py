@@ -1,0 +1,91 @@
+"""`pyrdmacm mesh` across the pair (lab-b here, lab-a the peer), on the oldest and newest
+kernels: nobody listening is REJ reason 8 (the CM path works), an identifying listener on
+the peer is established and names itself, an address nobody has fails with the kernel's
+status and the pre-check's why; one run per guest (as srun or clush launch them), merged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+from typing import List, Tuple
+
+import pytest
+
+from pyrdmacm import cli
+
+pytestmark = pytest.mark.kernel(topology="pair", suites=("bullseye", "sid"))
+
+PYRDMACM = [sys.executable, "-m", "pyrdmacm"]
+NOBODY = "10.9.0.77"  # on the segment, answered by nobody's ARP
+
+
+def _here() -> str:
+    with open(os.environ["PYRDMACM_LAB_TOPOLOGY"]) as f:
+        return json.load(f)["netdevs"]["eth0"]["ipv4"].split("/")[0]
+
+
+def mesh(*args: str) -> Tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(["mesh", *args])
+    print("--- here: pyrdmacm mesh %s: exit %s\n%s%s" % (" ".join(args), code, out.getvalue(), err.getvalue()))
+    return code, out.getvalue(), err.getvalue()
+
+
+def cells(out: str) -> List[dict]:
+    return [r["cell"] for r in map(json.loads, out.splitlines()) if "cell" in r]
+
+
+def test_the_peer_with_nobody_listening_and_an_address_nobody_has(peer, tmp_path):
+    code, out, err = mesh(peer.address, "fd09::1", NOBODY, "--timeout", "1500", "--json")
+    got = {c["target"]: c for c in cells(out)}
+    assert code == 1 and "Traceback" not in err, err
+    for target, here, gid in ((peer.address, _here(), "::ffff:%s" % peer.address), ("fd09::1", "fd09::2", "fd09::1")):
+        c = got[target]
+        assert c["outcome"] == "no-listener" and c["status"] == 8 and c["ok"], c
+        assert (c["rail"], c["device"], c["port"], c["src"]) == ("eth0", "rxe0", 1, here), c
+        assert c["dgid"] == gid and c["gid_type"] == "RoCE v2" and c["gid_index"] is not None, c
+        assert c["ms"]["connect"] > 0 and c["why"] == []
+    bad = got[NOBODY]
+    assert bad["outcome"] == "addr-error" and bad["status"] == -110 and not bad["ok"], bad
+    assert any("neighbour" in w for w in bad["why"]), bad["why"]  # the pre-check names the next hop
+    # the table and the pictures, for people
+    svg, prom = tmp_path / "m.svg", tmp_path / "m.prom"
+    code, out, _ = mesh(peer.address, NOBODY, "--timeout", "1500", "--svg", str(svg), "--prometheus", str(prom))
+    assert code == 1 and out.splitlines()[1].split()[:3] == ["eth0", "ok8", "ADDR"]
+    assert svg.read_text().startswith("<svg") and 'outcome="no-listener"} 1' in prom.read_text()
+
+
+def test_an_identifying_listener_on_the_peer_and_the_merge_of_both_guests_runs(peer, tmp_path):
+    listener = peer.start([*PYRDMACM, "listen", "7471", "--identify", "--json"])
+    try:
+        peer.wait_listening(7471, timeout=120)
+        code, out, err = mesh(peer.address, "--json")
+        (c,) = cells(out)
+        assert code == 0, err
+        assert c["outcome"] == "established" and c["agent"] == {"host": peer.host, "rail": "eth0",
+                                                                "addr": peer.address}, c
+        assert set(c["ms"]) == {"addr", "route", "connect", "disconnect"}
+        here = tmp_path / "here.json"
+        here.write_text(out)
+    finally:
+        listener.kill()
+    # the peer's own run, launched there as a cluster launcher would (one command per host)
+    rc, theirs, err = peer.run([*PYRDMACM, "mesh", _here(), NOBODY, "--timeout", "1500", "--json"], timeout=240)
+    print("--- peer: pyrdmacm mesh %s %s --json: exit %s\n%s%s" % (_here(), NOBODY, rc, theirs, err))
+    assert rc == 1, err
+    there = tmp_path / "peer.json"
+    there.write_text(theirs)
+    code, out, err = mesh("--merge", str(here), str(there), "--json")
+    merged = {(c["host"], c["target"]): c["outcome"] for c in cells(out)}
+    assert merged == {(os.uname().nodename, peer.address): "established", (peer.host, _here()): "no-listener",
+                      (peer.host, NOBODY): "addr-error"}, merged
+    assert code == 1 and json.loads(out.splitlines()[-1])["summary"]["failed"] == 1
+    code, out, _ = mesh("--merge", str(here), str(there))
+    assert out.splitlines()[0].split() == ["rail", peer.address, _here(), NOBODY]
+    assert [line.split()[0] for line in out.splitlines()[1:3]] == ["%s/eth0" % os.uname().nodename,
+                                                                  "%s/eth0" % peer.host]

@@ -26,7 +26,7 @@ EXIT_CODES: Tuple[Tuple[int, str], ...] = (
     (EXIT_NODEV, "no usable RDMA here: no rdma_cm device node (rdma_ucm not loaded, node not passed into the "
                  "container), no RDMA device, or none with a GID for the source (ADDR_ERROR status -19 ENODEV too)"),
     (EXIT_INTERRUPTED, "interrupted (SIGINT) before the end: ping prints its summary so far; ids are destroyed "
-                       "(listen and ids --watch, which run until stopped, exit 0)"),
+                       "(listen, ids --watch and a joined mcast, which run until stopped, exit 0)"),
 )
 
 

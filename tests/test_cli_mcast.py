@@ -299,3 +299,15 @@ def test_help(capsys):
     for option in ("--send-only", "--src SRC", "--count N", "--timeout MS", "--ps {udp,ipoib}", "--json", "-n"):
         assert option in out
     assert e.value.code == 0 and "exit status (every subcommand)" in out
+
+
+def test_no_route_to_the_group_says_give_src(capsys, kernels):
+    """The fake has no IPv6 route: RESOLVE_ADDR to an IPv6 group is ENETUNREACH from the
+    write, and without --src mcast says what to do."""
+    code, out, _ = run(capsys, "mcast", "ff0e::1", "--json")
+    recs = [json.loads(line) for line in out.splitlines()]
+    assert code == cli.EXIT_KERNEL
+    assert (recs[1]["event"], recs[1]["step"], recs[1]["errno"]) == ("REFUSED", "addr", errno.ENETUNREACH)
+    assert "no route to the group in this network namespace: give --src" in recs[1]["message"]
+    assert recs[-1]["error"] == dict(recs[-1]["error"], name="ENETUNREACH", refused="RESOLVE_ADDR",
+                                     message=recs[1]["message"])

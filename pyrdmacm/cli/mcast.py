@@ -32,10 +32,15 @@ class _Stop(Exception):
     """SIGTERM during ``mcast``: stop as on Ctrl-C."""
 
 
-#: what an ADDR_ERROR EINVAL means for a PS_IPOIB id (seen with Soft-RoCE in the lab, and
-#: mckey -p 2 gets the same)
-_IPOIB_HINT = ("--ps ipoib needs an InfiniBand port (IPoIB's port space): on RoCE the kernel answers ADDR_ERROR "
+#: what EINVAL means for a PS_IPOIB id, from BIND or as ADDR_ERROR (seen with Soft-RoCE in
+#: the lab: mckey -p 2 gets the same)
+_IPOIB_HINT = ("--ps ipoib needs an InfiniBand port (IPoIB's port space): on RoCE the kernel refuses it with "
                "EINVAL; use --ps udp")
+#: what ENETUNREACH from RESOLVE_ADDR means for a group when no source was bound: the
+#: kernel's route lookup for a multicast destination with a source takes the source's
+#: netdev (seen in the lab's pair topology, which has no default route; mckey too)
+_NO_ROUTE_HINT = ("no route to the group in this network namespace: give --src, an address of the netdev to join "
+                  "on (as mckey -b), or add a route for 224.0.0.0/4 (ff00::/8 for IPv6)")
 
 #: how many seconds past --timeout the waits for ADDR_RESOLVED and MULTICAST_JOIN last: the
 #: kernel's own ADDR_ERROR comes at the timeout
@@ -165,7 +170,6 @@ def _join(ch: Any, cm: Any, group: Any, src: Any, timeout_ms: int, send_only: bo
     ``held``): True once MULTICAST_JOIN came and was shown; False when a step failed
     (``out`` says why)."""
     from ..abi import CmEventType as E
-    from ..abi import PortSpace
     from ..errors import KernelError
     from ..state import OUTCOMES, Call
 
@@ -174,16 +178,16 @@ def _join(ch: Any, cm: Any, group: Any, src: Any, timeout_ms: int, send_only: bo
         try:
             cm.bind_addr(src)
         except KernelError as e:
-            return _refused(out, e, "bind")
+            return _refused(out, e, "bind", _hint(cm, e.errno, src))
     t = time.monotonic()
     try:
         cm.resolve_addr(group, timeout_ms=timeout_ms)
     except KernelError as e:
-        return _refused(out, e, "addr")
+        return _refused(out, e, "addr", _hint(cm, e.errno, src))
     o = OUTCOMES[(cm.kind, Call.RESOLVE_ADDR)]
     w = _next_event(ch, cm.uid, o.ok, o.failed, wait_s, t)
-    ipoib = w.ev is not None and w.ev.status == -errno.EINVAL and cm.ps is PortSpace.IPOIB
-    if not _arrived(out, w, "addr", "ADDR_RESOLVED", wait_s, _IPOIB_HINT if ipoib else ""):
+    hint = _hint(cm, -w.ev.status, src) if w.ev is not None and w.ev.status < 0 else ""
+    if not _arrived(out, w, "addr", "ADDR_RESOLVED", wait_s, hint):
         return False
     try:
         info = cm.query_addr()
@@ -209,11 +213,24 @@ def _join(ch: Any, cm: Any, group: Any, src: Any, timeout_ms: int, send_only: bo
     return True
 
 
-def _refused(out: _Report, e: Any, step: str) -> bool:
-    """The kernel refused the command of ``step``: shown; False."""
-    out.fail(_refused_exit(e.errno), step, error_json(e, step=step, refused=e.command))
-    out.emit({"event": "REFUSED", "step": step, "command": e.command, "errno": e.errno, "message": _text(e)},
-             "the kernel refused %s (step %s): %s" % (e.command, step, _text(e)))
+def _hint(cm: Any, err: Optional[int], src: Any) -> str:
+    """What an errno of the bind or the group's resolution means for mcast, beyond its
+    general meaning ("" when nothing)."""
+    from ..abi import PortSpace
+
+    if err == errno.EINVAL and cm.ps is PortSpace.IPOIB:
+        return _IPOIB_HINT
+    if err == errno.ENETUNREACH and src is None:
+        return _NO_ROUTE_HINT
+    return ""
+
+
+def _refused(out: _Report, e: Any, step: str, hint: str = "") -> bool:
+    """The kernel refused the command of ``step`` (``hint``: what it means here): shown; False."""
+    message = _text(e) + (" (%s)" % hint if hint else "")
+    out.fail(_refused_exit(e.errno), step, error_json(e, message, step=step, refused=e.command))
+    out.emit({"event": "REFUSED", "step": step, "command": e.command, "errno": e.errno, "message": message},
+             "the kernel refused %s (step %s): %s" % (e.command, step, message))
     return False
 
 

@@ -170,15 +170,21 @@ def test_device_removal_ends_the_run_without_leaving(capsys, kernels):
 
 @pytest.mark.parametrize("sig,why", [(signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM")])
 def test_a_signal_after_the_join_leaves_and_exits_0(capsys, kernels, sig, why):
-    t = after_join(kernels, lambda k, mc: os.kill(os.getpid(), sig), delay=0.2)
+    def change_then_signal(k, mc):
+        k.inject_event(mc.handle, E.ADDR_CHANGE)
+        time.sleep(0.2)
+        os.kill(os.getpid(), sig)
+
+    t = after_join(kernels, change_then_signal)
     started = time.monotonic()
     code, out, err = run(capsys, "mcast", "239.1.1.1")
     t.join(5)
     lines = out.splitlines()
     assert code == cli.EXIT_OK and err == "" and time.monotonic() - started < 5
     assert lines[6] == "waiting for the group's events (MULTICAST_ERROR, ADDR_CHANGE ...): Ctrl-C stops"
+    assert lines[7].endswith(" ADDR_CHANGE")
     assert lines[-2].startswith("left 239.1.1.1 (LEAVE_MCAST)")
-    assert lines[-1] == "--- stopped (%s): 0 events, exit 0 ---" % why
+    assert lines[-1] == "--- stopped (%s): 1 event, exit 0 ---" % why  # counted before the signal
     [k] = kernels
     assert commands(k)[-2:] == [C.LEAVE_MCAST, C.DESTROY_ID] and k.closed
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored

@@ -24,8 +24,8 @@ from typing import Any, Dict, List, Optional
 from . import conn
 from .conn import _destroy_quietly, _next_event, _status_text
 from .inputs import _BadInput, _event_count, _group_src, _timeout_ms
-from .output import (EXIT_EVENT, EXIT_INTERRUPTED, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _err, _event_exit, _ip_text,
-                     _jsonable, _name_lines, _refused_exit, _text, error_json)
+from .output import (EXIT_EVENT, EXIT_INTERRUPTED, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _clock, _err, _event_exit,
+                     _ip_text, _jsonable, _name_lines, _refused_exit, _text, error_json)
 
 
 class _Stop(Exception):
@@ -56,6 +56,7 @@ class _Report:
         self.code = EXIT_OK
         self.why = "count"
         self.error: Optional[Dict[str, Any]] = None
+        self.events = 0  # the events that came after the join
 
     def emit(self, record: Dict[str, Any], *lines: str) -> None:
         if self.json:
@@ -67,11 +68,6 @@ class _Report:
     def fail(self, code: int, why: str, error: Dict[str, Any]) -> None:
         """The run ends here: ``code``, ``why`` (the step), ``error`` (the one error object)."""
         self.code, self.why, self.error = code, why, error
-
-
-def _clock() -> str:
-    now = time.time()
-    return time.strftime("%H:%M:%S", time.localtime(now)) + ".%03d" % (int(now * 1000) % 1000)
 
 
 def cmd_mcast(args: argparse.Namespace) -> int:
@@ -102,24 +98,24 @@ def cmd_mcast(args: argparse.Namespace) -> int:
     except DeviceNodeError as e:
         _err(_text(e))
         out.fail(EXIT_NODEV, "open", error_json(e))
-        return _stopped(out, 0)
+        return _stopped(out)
     old_term: Any = None
     main_thread = threading.current_thread() is threading.main_thread()
     if main_thread:
         def on_term(signum: int, frame: Any) -> None:
             raise _Stop()
         old_term = signal.signal(signal.SIGTERM, on_term)
-    seen = 0
     try:
         with ch:
-            seen = _run(ch, ps, group, src, timeout_ms, count, args.send_only, out)
+            _run(ch, ps, group, src, timeout_ms, count, args.send_only, out)
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, old_term)
-    return _stopped(out, seen)
+    return _stopped(out)
 
 
-def _stopped(out: _Report, seen: int) -> int:
+def _stopped(out: _Report) -> int:
+    seen = out.events
     record: Dict[str, Any] = {"event": "STOPPED", "why": out.why, "events": seen, "exit": out.code}
     if out.error is not None:
         record["error"] = out.error
@@ -129,18 +125,17 @@ def _stopped(out: _Report, seen: int) -> int:
 
 
 def _run(ch: Any, ps: Any, group: Any, src: Any, timeout_ms: int, count: Optional[int], send_only: bool,
-         out: _Report) -> int:
-    """Bind, resolve, join, follow, leave: the number of events seen after the join."""
+         out: _Report) -> None:
+    """Bind, resolve, join, follow, leave."""
     from ..cmid import CmId
 
     cm = CmId(ch, ps)
     held: List[Any] = []  # the membership, once JOIN_MCAST was written
     joined = False
-    seen = 0
     try:
         joined = _join(ch, cm, group, src, timeout_ms, send_only, out, held)
         if joined:
-            seen = _follow(ch, count, out)
+            _follow(ch, count, out)
     except KeyboardInterrupt:
         _interrupted(out, "SIGINT", joined)
     except _Stop:
@@ -151,7 +146,6 @@ def _run(ch: Any, ps: Any, group: Any, src: Any, timeout_ms: int, count: Optiona
                 _leave(held[0], out)
         finally:
             _destroy_quietly(cm)
-    return seen
 
 
 def _interrupted(out: _Report, why: str, joined: bool) -> None:
@@ -277,21 +271,20 @@ def _show_join(out: _Report, p: Any, ms: float) -> None:
                  ah.is_global, ah.static_rate, ah.src_path_bits))
 
 
-def _follow(ch: Any, count: Optional[int], out: _Report) -> int:
-    """The events after the join, each shown, until ``count`` of them (None: until a signal);
-    a MULTICAST_ERROR makes the exit 1, DEVICE_REMOVAL ends the run (exit 1).  Returns how
-    many came."""
+def _follow(ch: Any, count: Optional[int], out: _Report) -> None:
+    """The events after the join, each shown and counted (``out.events``), until ``count``
+    of them (None: until a signal); a MULTICAST_ERROR makes the exit 1, DEVICE_REMOVAL ends
+    the run (exit 1)."""
     from ..abi import CmEventType as E
 
     if count != 0:
         out.emit({"event": "WAITING", "count": count},
                  "waiting for the group's events (MULTICAST_ERROR, ADDR_CHANGE ...): %s" % (
                      "until %d came" % count if count else "Ctrl-C stops"))
-    seen = 0
-    while count is None or seen < count:
+    while count is None or out.events < count:
         ev = ch.get_event()
         ev.ack()
-        seen += 1
+        out.events += 1
         name = ev.event.name if isinstance(ev.event, E) else str(ev.event)
         hint = ev.explain() if ev.status else ""
         record: Dict[str, Any] = {"event": name, "status": ev.status, "name": ev.status_name or None,
@@ -309,7 +302,6 @@ def _follow(ch: Any, count: Optional[int], out: _Report) -> int:
             out.fail(EXIT_EVENT, "DEVICE_REMOVAL", {"errno": None, "name": None, "message": "the RDMA device "
                                                     "was removed: the id is destroyed without leaving"})
             break
-    return seen
 
 
 def _leave(m: Any, out: _Report) -> None:

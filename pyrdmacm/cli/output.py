@@ -103,6 +103,14 @@ def _err(msg: str) -> None:
     sys.stderr.write("pyrdmacm: %s\n" % msg)
 
 
+def _clock() -> str:
+    """The time of day as the lines of ``listen`` and ``mcast`` start: ``HH:MM:SS.mmm``."""
+    import time
+
+    now = time.time()
+    return time.strftime("%H:%M:%S", time.localtime(now)) + ".%03d" % (int(now * 1000) % 1000)
+
+
 def _text(e: BaseException) -> str:
     """An exception's message; an OSError's without Python's "[Errno N]" (ours name the errno)."""
     if isinstance(e, OSError) and isinstance(e.strerror, str) and e.strerror:

@@ -269,6 +269,7 @@ def test_a_multicast_error_answering_the_join_exits_1(capsys, kernels, monkeypat
     (["239.1.1.1", "--timeout", "0"], "bad --timeout '0': give milliseconds"),
     (["-n", "groupname"], "GROUP 'groupname' is a host name, and -n/--numeric looks up none"),
     (["239.1.1.256"], "'239.1.1.256' is not an IP address"),
+    (["localhost"], "not a multicast group: give an IPv4 group"),  # a name is looked up, then checked
 ])
 def test_bad_input_exits_3_with_one_line(capsys, kernels, argv, message):
     code, out, err = run(capsys, "mcast", *argv)

@@ -144,3 +144,68 @@ def test_sigterm_after_the_join_leaves_and_exits_0():
     while [i for i in cm_ids() if i.pid == proc.pid] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [i for i in cm_ids() if i.pid == proc.pid] == []
+
+
+def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(list(cmd), check=check, capture_output=True, text=True, timeout=120)
+
+
+def gid_of(ip: str, gids: str) -> bool:
+    """Whether the GID table ``gids`` (a sysfs directory) holds the IPv4-mapped GID of ``ip``."""
+    import ipaddress
+    import os
+
+    want = ipaddress.IPv6Address("::ffff:" + ip)
+    for name in os.listdir(gids) if os.path.isdir(gids) else []:
+        with contextlib.suppress(OSError, ValueError), open(os.path.join(gids, name)) as f:
+            if ipaddress.IPv6Address(f.read().strip()) == want:
+                return True
+    return False
+
+
+@pytest.fixture
+def removable_rxe():
+    """A Soft-RoCE device of the test's own, ``rxe_mc`` on a veth ``mc0`` (10.8.0.2/24), that
+    the test may remove without taking rxe0 from the tests after it."""
+    _run("ip", "link", "add", "mc0", "type", "veth", "peer", "name", "mc0p")
+    try:
+        _run("ip", "addr", "add", "10.8.0.2/24", "dev", "mc0")
+        _run("ip", "link", "set", "mc0p", "up")
+        _run("ip", "link", "set", "mc0", "up")
+        _run("rdma", "link", "add", "rxe_mc", "type", "rxe", "netdev", "mc0")
+        deadline = time.monotonic() + 20
+        gids = "/sys/class/infiniband/rxe_mc/ports/1/gids"
+        while time.monotonic() < deadline and not gid_of("10.8.0.2", gids):  # comes after the device
+            time.sleep(0.1)
+        yield "10.8.0.2"
+    finally:
+        _run("rdma", "link", "delete", "rxe_mc", check=False)
+        _run("ip", "link", "del", "mc0", check=False)
+
+
+def test_device_removal_ends_the_run_without_a_leave(removable_rxe):
+    """``rdma link delete`` of the joined device: the kernel sends DEVICE_REMOVAL and waits
+    until the id is destroyed; mcast stops (exit 1) and destroys the id without LEAVE_MCAST."""
+    proc = subprocess.Popen([sys.executable, "-m", "pyrdmacm", "mcast", "239.1.2.7", "--src", removable_rxe,
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(json.loads(line))
+            if seen[-1]["event"] == "WAITING":
+                break
+        assert seen[-1]["event"] == "WAITING", (seen, proc.stderr.read() if proc.stderr else "")
+        assert seen[1]["device"] == "rxe_mc"
+        removed = _run("rdma", "link", "delete", "rxe_mc", check=False)
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    recs = seen + records(rest)
+    print(json.dumps(recs, indent=1))
+    assert removed.returncode == 0, removed.stderr
+    assert proc.returncode == cli.EXIT_EVENT and err == ""
+    assert [r["event"] for r in recs[-2:]] == ["DEVICE_REMOVAL", "STOPPED"]
+    assert "LEFT" not in [r["event"] for r in recs]
+    assert (recs[-1]["why"], recs[-1]["events"], recs[-1]["exit"]) == ("DEVICE_REMOVAL", 1, 1)

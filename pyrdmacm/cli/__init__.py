@@ -228,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     mc.add_argument("--src", help="the source address to bind first, as mckey -b (default: the routing tables "
                                   "choose)")
     mc.add_argument("--send-only", action="store_true", help="join as a send-only full member (mckey -o): no "
-                                                             "IGMP/MLD join on RoCE")
+                                                             "IGMP join on RoCE")
     mc.add_argument("--count", metavar="N", help="after the join, wait for N events (MULTICAST_ERROR, ADDR_CHANGE "
                                                  "...), then leave; 0: leave at once (default: until SIGINT or "
                                                  "SIGTERM)")

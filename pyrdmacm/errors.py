@@ -39,9 +39,26 @@ __all__ = [
 ]
 
 
+#: errnos of the kernel's own (include/linux/errno.h, "should never be seen by user
+#: programs") that rdma_cm's commands return as they are: name and meaning
+_KERNEL_ERRNOS = {
+    524: ("ENOTSUPP", "Operation is not supported (the kernel's internal ENOTSUPP)"),
+}
+
+
 def errno_name(err: int) -> str:
     """``110`` -> ``'ETIMEDOUT'``; unknown numbers print as ``'E?123'``."""
-    return _errno.errorcode.get(abs(err), "E?%d" % abs(err))
+    name = _errno.errorcode.get(abs(err))
+    if name is None:
+        known = _KERNEL_ERRNOS.get(abs(err))
+        return known[0] if known else "E?%d" % abs(err)
+    return name
+
+
+def _strerror(err: int) -> str:
+    """``os.strerror``, and the meaning of the kernel's own errnos the C library does not know."""
+    known = _KERNEL_ERRNOS.get(abs(err))
+    return known[1] if known else os.strerror(abs(err))
 
 
 def error_object(e: BaseException, message: Optional[str] = None, **extra: Any) -> Dict[str, Any]:
@@ -89,6 +106,8 @@ _COMMAND_HINTS = {
     ("DISCONNECT", _errno.EINVAL): "the id has no connection to disconnect",
     ("JOIN_MCAST", _errno.EINVAL): "a join needs a datagram id (PortSpace.UDP or IPOIB) bound to an RDMA "
     "device, and join flags 0 or 1",
+    ("JOIN_MCAST", 524): "on RoCE the kernel joins IPv4 groups only (cma.c:cma_iboe_join_multicast: an IPv6 "
+    "group on a RoCE v2 port is ENOTSUPP; seen on 6.1 and 7.2 with Soft-RoCE): give an IPv4 group",
     ("JOIN_IP_MCAST", _errno.EINVAL): "a join needs a datagram id (PortSpace.UDP or IPOIB) bound to an RDMA device",
     ("LEAVE_MCAST", _errno.ENOENT): "the kernel knows no such membership (left already?)",
     ("SET_OPTION", _errno.ENOSYS): "the kernel has no such option",
@@ -152,7 +171,7 @@ class _Located(RdmaCmError, OSError):
         msg = what
         if ctx:
             msg += " (" + ", ".join(ctx) + ")"
-        msg += ": %s %s" % (errno_name(err), os.strerror(err))
+        msg += ": %s %s" % (errno_name(err), _strerror(err))
         if self.hint:
             msg += " -- " + self.hint
         OSError.__init__(self, err, msg)

@@ -15,6 +15,9 @@ Subcommands (``pyrdmacm COMMAND --help`` for each)::
     pyrdmacm listen [ADDR:]PORT [--ps tcp|udp] [--count N] [--reject] [--private-data HEX]
                     [--disconnect-after MS] [--json]
                                                      show each request and its events; accept or reject
+    pyrdmacm mcast GROUP [--src SRC] [--send-only] [--count N] [--timeout MS] [--ps udp|ipoib] [--json]
+                                                     join as mckey does, show the group's address handle,
+                                                     follow its events, leave
 
 ``pyrdmacm --netns NAME COMMAND ...`` runs any of them in that network namespace
 (``ip netns exec NAME``: its routes, netdevs and sysfs).
@@ -39,18 +42,21 @@ Its port defaults to 7471, the port of librdmacm's examples (ucmatose, cmtime); 
 and udaddy use 7174.  ``listen`` binds (address 0.0.0.0 by default), listens, and for
 each CONNECT_REQUEST prints who asked, then accepts (``--reject``: rejects) it and
 prints what follows (ESTABLISHED, DISCONNECTED, TIMEWAIT_EXIT); its ``--json`` is one
-object per line, flushed at once, for scripts that follow it.  Received private data
-is shown whole: the kernel gives the message's field (REQ 56, REP 196, REJ 148, SIDR
-REQ 180, SIDR REP 136 bytes), the sender's data padded with zeros.
+object per line, flushed at once, for scripts that follow it.  ``mcast`` does mckey's
+steps without a QP (bind, resolve the group, join, MULTICAST_JOIN's address handle),
+then shows the group's events until ``--count`` of them or a signal, and leaves.
+Received private data is shown whole: the kernel gives the message's field (REQ 56,
+REP 196, REJ 148, SIDR REQ 180, SIDR REP 136 bytes), the sender's data padded with
+zeros.
 
 ``resolve`` shows a progress line on stderr while it waits longer than a
 second for an event, when stderr is a terminal (or always with ``--progress``).
 
 The package, by job: ``output`` (exit codes, JSON and text, the error line), ``inputs``
 (command-line values, checked), ``route`` (the prediction), ``resolve``, ``diag``
-(devices, probe, decode, conformance), ``conn`` (what ping and listen share), ``ping``,
-``listen``; here, the parser and the dispatch, which imports a subcommand's module only
-when it runs.
+(devices, probe, decode, conformance), ``conn`` (what ping, listen and mcast share),
+``ping``, ``listen``, ``mcast``; here, the parser and the dispatch, which imports a
+subcommand's module only when it runs.
 """
 
 from __future__ import annotations
@@ -246,6 +252,27 @@ def build_parser() -> argparse.ArgumentParser:
                                                                "matrix instead of checking")
     ms.add_argument("--brief", action="store_true", help="the table alone, without each failure's explanation")
     ms.set_defaults(func=_command("mesh", "cmd_mesh"))
+
+    mc = sub.add_parser("mcast", help="join a multicast group as mckey does, without a QP: show the group's address "
+                                      "handle, follow its events, leave")
+    mc.add_argument("group", metavar="GROUP", help="an IP multicast group: 239.1.1.1, ff0e::1 (RoCE v2: IPv4 only), "
+                                                  "or a host name that is one")
+    mc.add_argument("--src", help="the source address to bind first, as mckey -b (default: the routing tables "
+                                  "choose)")
+    mc.add_argument("--send-only", action="store_true", help="join as a send-only full member (mckey -o): no "
+                                                             "IGMP join on RoCE")
+    mc.add_argument("--count", metavar="N", help="after the join, wait for N events (MULTICAST_ERROR, ADDR_CHANGE "
+                                                 "...), then leave; 0: leave at once (default: until SIGINT or "
+                                                 "SIGTERM)")
+    mc.add_argument("--timeout", default="2000", metavar="MS",
+                    help="the address resolution's timeout in ms (mckey's 2000, the default), and how long the "
+                         "join waits for its event")
+    mc.add_argument("--ps", default="udp", choices=["udp", "ipoib"],
+                    help="port space, as mckey -p: udp (RDMA_PS_UDP, the default) or ipoib")
+    mc.add_argument("--json", action="store_true", help="one JSON object per step and event, one per line, as "
+                                                        "they come")
+    _numeric_flag(mc)
+    mc.set_defaults(func=_command("mcast", "cmd_mcast"))
     setattr(p, "_subcommands", {name: sp for name, sp in sub.choices.items()})
     return p
 

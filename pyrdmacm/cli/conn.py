@@ -1,11 +1,13 @@
-"""What ``ping`` and ``listen`` share: their event channel and the ids' clean-up, the
-peer's parameters and private data as they show them, a failure event's status and reason.
+"""What ``ping``, ``listen`` and ``mcast`` share: their event channel, the wait for one
+step's event and the ids' clean-up, the peer's parameters and private data as they show
+them, a failure event's status and reason.
 
 :func:`_open_channel` is looked up here at each call: tests give the CLI a fake channel.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Dict, List, Optional
 
 from .output import _ip_text
@@ -111,8 +113,27 @@ def _reason_text(r: Dict[str, Any]) -> str:
     return "%s in step %s after %.2f ms" % (what.rstrip(), r["step"], r["ms"])
 
 
+class _Waited:
+    """One step's outcome: the event (None: nothing within the time) and its time in ms."""
+
+    def __init__(self, ev: Any, ms: float) -> None:
+        self.ev, self.ms = ev, ms
+
+
+def _next_event(ch: Any, uid: int, ok: Any, failed: Any, timeout_s: float, t0: float) -> _Waited:
+    """The next event of ``uid`` (an id's, a membership's) among ``ok`` and ``failed``
+    (acked), or None when ``timeout_s`` passed; other events read meanwhile are acked and
+    dropped."""
+    from .._router import Waiter
+
+    waiter = ch.expect(uid, Waiter({**dict.fromkeys(failed, False), **dict.fromkeys(ok, True)}))
+    if not ch.wait(waiter, max(0.0, t0 + timeout_s - time.monotonic()), drop=True):
+        ch.forget(uid, waiter)
+    return _Waited(waiter.event, (time.monotonic() - t0) * 1000)
+
+
 def _open_channel() -> Any:
-    """The event channel of ``ping`` and ``listen`` (tests give the CLI a fake one here)."""
+    """The event channel of ``ping``, ``listen`` and ``mcast`` (tests give the CLI a fake one here)."""
     from .. import channel as _channel
 
     return _channel.EventChannel()

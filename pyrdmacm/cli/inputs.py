@@ -1,5 +1,5 @@
 """Values from the command line, checked before anything is sent: addresses (DST, --src,
-listen's [ADDR:]PORT; host names looked up), --timeout, --count, --ps, --private-data.
+listen's [ADDR:]PORT, mcast's GROUP; host names looked up), --timeout, --count, --ps, --private-data.
 
 Each refusal is a :class:`_BadInput` whose message names the flag and what to write instead.
 """
@@ -167,3 +167,45 @@ def _listen_addr(text: str) -> Any:
         raise _BadInput("no port in %r: give PORT or ADDR:PORT with a port 1..65535 (e.g. %d or %s:%d)"
                         % (text, DEFAULT_PORT, _ip_text(a.ip), DEFAULT_PORT))
     return a
+
+
+def _group_src(args: argparse.Namespace) -> Tuple[Any, Any, List[Any]]:
+    """``mcast``'s GROUP and --src as Addresses (a GROUP name is looked up in --src's family),
+    and the host names looked up: a multicast group with no port, a unicast source of its
+    family."""
+    from ..addr import AF_IB
+
+    numeric = getattr(args, "numeric", False)
+    src, src_name = _address(args.src, "--src", numeric) if args.src else (None, None)
+    group, group_name = _address(args.group, "GROUP", numeric, None, src.family if src is not None else 0)
+    if group.family == AF_IB:
+        raise _BadInput("GROUP %s is an InfiniBand MGID (mckey -M): mcast joins IP multicast groups; give one "
+                        "(239.1.1.1, ff0e::1)" % args.group)
+    if not group.ip.is_multicast:
+        raise _BadInput("GROUP %s is %s, not a multicast group: give an IPv4 group (224.0.0.0/4, e.g. 239.1.1.1) "
+                        "or an IPv6 one (ff00::/8)" % (args.group, _ip_text(group.ip)))
+    if group.port:
+        raise _BadInput("GROUP %s has a port: a multicast group is an address alone (write %s)"
+                        % (args.group, _ip_text(group.ip)))
+    if src is not None:
+        if src.family == AF_IB or src.ip.version != group.ip.version:
+            raise _BadInput("--src %s is %s but GROUP %s is %s: give a --src of the group's family, or none"
+                            % (args.src, _family_text(src), args.group, _family_text(group)))
+        if src.ip.is_multicast:
+            raise _BadInput("--src %s is a multicast address: give an address of this host (`ip addr`)" % args.src)
+    return group, src, [n for n in (group_name, src_name) if n is not None]
+
+
+def _event_count(text: Optional[str]) -> Optional[int]:
+    """``mcast --count``: how many events to wait for after the join (0: leave at once;
+    None: until a signal)."""
+    if text is None:
+        return None
+    try:
+        n = int(text, 10) if text.isascii() else -1
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise _BadInput("bad --count %r: give a whole number of events to wait for, 0 (leave at once) or more"
+                        % text)
+    return n

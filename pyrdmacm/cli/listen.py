@@ -12,7 +12,7 @@ from typing import Any, Dict, Optional
 from . import conn
 from .conn import TIMEWAIT_GRACE, _conn_peer, _destroy_quietly, _pd_info, _pd_text, _status_text
 from .inputs import _BadInput, _count, _listen_addr, _ms_after, _port_space, _private_data_arg
-from .output import (EXIT_EVENT, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _err, _ip_text, _refused_exit, _text,
+from .output import (EXIT_EVENT, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _clock, _err, _ip_text, _refused_exit, _text,
                      error_json, json_line)
 
 class _Stop(Exception):
@@ -26,11 +26,6 @@ class _Conn:
         self.n, self.cm, self.t0 = n, cm, t0
         self.deadline: Optional[float] = None  # after DISCONNECTED: TIMEWAIT_EXIT expected by then
         self.disconnect_at: Optional[float] = None  # --disconnect-after: when this side disconnects
-
-
-def _clock() -> str:
-    now = time.time()
-    return time.strftime("%H:%M:%S", time.localtime(now)) + ".%03d" % (int(now * 1000) % 1000)
 
 
 def _failed(args: argparse.Namespace, e: BaseException, code: int) -> int:

@@ -31,7 +31,7 @@ EXIT_CODES: Tuple[Tuple[int, str], ...] = (
     (EXIT_NODEV, "no usable RDMA here: no rdma_cm device node (rdma_ucm not loaded, node not passed into the "
                  "container), no RDMA device, or none with a GID for the source (ADDR_ERROR status -19 ENODEV too)"),
     (EXIT_INTERRUPTED, "interrupted (SIGINT) before the end: ping prints its summary so far; ids are destroyed "
-                       "(listen and ids --watch, which run until stopped, exit 0)"),
+                       "(listen, ids --watch and a joined mcast, which run until stopped, exit 0)"),
 )
 
 
@@ -119,6 +119,14 @@ def json_line(record: Dict[str, Any]) -> None:
 
 def _err(msg: str) -> None:
     sys.stderr.write("pyrdmacm: %s\n" % msg)
+
+
+def _clock() -> str:
+    """The time of day as the lines of ``listen`` and ``mcast`` start: ``HH:MM:SS.mmm``."""
+    import time
+
+    now = time.time()
+    return time.strftime("%H:%M:%S", time.localtime(now)) + ".%03d" % (int(now * 1000) % 1000)
 
 
 def _text(e: BaseException) -> str:

@@ -10,30 +10,12 @@ import time
 from typing import Any, Dict, List, Optional
 
 from . import conn
-from .conn import (TIMEWAIT_GRACE, _conn_peer, _destroy_quietly, _event_reason, _pd_text, _peer_lines,
+from .conn import (TIMEWAIT_GRACE, _conn_peer, _destroy_quietly, _event_reason, _next_event, _pd_text, _peer_lines,
                    _reason_text, _ud_peer)
 from .inputs import (DEFAULT_PORT, _BadInput, _addr_text, _count, _dst_src, _explicit_port, _port_space,
                      _private_data_arg, _timeout_ms)
 from .output import (EXIT_INTERRUPTED, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _err, _event_exit, _ip_text, _name_lines,
                      _print_json, _refused_exit, _text, error_json)
-
-class _Waited:
-    """One step's outcome: the event (None: nothing within the time) and its time in ms."""
-
-    def __init__(self, ev: Any, ms: float) -> None:
-        self.ev, self.ms = ev, ms
-
-
-def _next_event(ch: Any, cm: Any, ok: Any, failed: Any, timeout_s: float, t0: float) -> _Waited:
-    """The next event of ``cm`` among ``ok`` and ``failed`` (acked), or None when ``timeout_s``
-    passed; other events read meanwhile are acked and dropped."""
-    from .._router import Waiter
-
-    waiter = ch.expect(cm.uid, Waiter({**dict.fromkeys(failed, False), **dict.fromkeys(ok, True)}))
-    if not ch.wait(waiter, max(0.0, t0 + timeout_s - time.monotonic()), drop=True):
-        ch.forget(cm.uid, waiter)
-    return _Waited(waiter.event, (time.monotonic() - t0) * 1000)
-
 
 _STEP_TIMEOUT_HINTS = {
     "addr": "the kernel did not answer the address resolution in time",
@@ -70,7 +52,7 @@ def _attempt(ch: Any, seq: int, dst: Any, src: Any, ps: Any, data: bytes, timeou
         except KernelError as e:
             att["reason"] = error_json(e, step=name, refused=e.command)
             return None
-        w = _next_event(ch, cm, ok, failed, wait_s, t)
+        w = _next_event(ch, cm.uid, ok, failed, wait_s, t)
         steps[name] = round(w.ms, 3)
         if w.ev is None:
             key = "connect-ud" if name == "connect" and ud else name

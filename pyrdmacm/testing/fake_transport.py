@@ -133,6 +133,13 @@ class KernelCore:
         with self._lock:
             return {h: c.snapshot() for h, c in self._ctx.items()}
 
+    @property
+    def memberships(self) -> Dict[int, Membership]:
+        """The multicast memberships of this fd's ids, by membership id (``uid``: the one its
+        events carry; ``handle``: the id that joined)."""
+        with self._lock:
+            return dict(self._mcs)
+
     def inject_event(self, handle: int, event: int, status: int = 0, *, uid: Optional[int] = None,
                      param: bytes = b"", owner: Optional[int] = None) -> None:
         """Queue an event for the id ``handle`` as the kernel would (``uid``: the id's, unless

@@ -91,3 +91,16 @@ def test_global_j_is_one_line_and_p_indents_as_iproute2(monkeypatch):
         from pyrdmacm.cli import output
 
         output.json_layout(compact=False)  # the process's layout, as a new process has it
+
+
+def test_every_line_of_a_stream_says_its_schema_and_the_last_its_exit(monkeypatch):
+    """listen and mcast are streams (JSON Lines): every line has the schema; the last one,
+    STOPPED, the exit status and the error object (a device node that does not exist)."""
+    monkeypatch.setenv("PYRDMACM_DEVICE", "/nonexistent/rdma_cm")
+    for argv in (["listen", "7471", "--json"], ["mcast", "239.1.1.1", "--count", "0", "--json", "-n"]):
+        code, out, _ = _run(argv)
+        lines = [json.loads(line) for line in out.splitlines()]
+        assert lines and all(r["schema"] == 1 for r in lines), (argv, out)
+        last = lines[-1]
+        assert last["event"] == "STOPPED" and last["exit"] == code == 4, (argv, last)
+        assert last["error"]["name"] == "ENOENT", (argv, last)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import sys
 import time
 from typing import Any, Dict, List, Optional
@@ -25,7 +24,7 @@ from . import conn
 from .conn import _destroy_quietly, _next_event, _status_text
 from .inputs import _BadInput, _event_count, _group_src, _timeout_ms
 from .output import (EXIT_EVENT, EXIT_INTERRUPTED, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _clock, _err, _event_exit,
-                     _ip_text, _jsonable, _name_lines, _refused_exit, _text, error_json)
+                     _ip_text, _name_lines, _refused_exit, _text, error_json, json_line)
 
 
 class _Stop(Exception):
@@ -60,7 +59,7 @@ class _Report:
 
     def emit(self, record: Dict[str, Any], *lines: str) -> None:
         if self.json:
-            sys.stdout.write(json.dumps(_jsonable(dict(record, time=round(time.time(), 6)))) + "\n")
+            json_line(dict(record, time=round(time.time(), 6)))
         else:
             sys.stdout.write("".join(line + "\n" for line in lines))
         sys.stdout.flush()

@@ -132,6 +132,31 @@ def _gid(gid: Any) -> ipaddress.IPv6Address:
     return g
 
 
+def _service_id(port: Optional[int], port_space: Optional[int], sid_mask: Optional[int]) -> "tuple[int, int]":
+    """(sid, sid_mask) of an AF_IB address made from a port space and a port, as librdmacm's
+    ucma_set_sid (addrinfo.c) makes them for rdma_getaddrinfo; the kernel reads them back the
+    same way (cma_select_ib_ps, cma_port)."""
+    from .abi import RDMA_IB_IP_PORT_MASK, RDMA_IB_IP_PS_MASK, PortSpace
+
+    p = 0 if port is None else check_int("Address.ib port", port, U16, "0..65535")
+    if port_space is None:
+        ps = int(PortSpace.TCP)
+    elif port_space.__class__ is not bool and isinstance(port_space, int) and (
+            port_space == 0 or port_space in PortSpace._value2member_map_):
+        ps = int(port_space)
+    else:
+        raise UsageError(
+            "Address.ib port_space must be a PortSpace (TCP, UDP, IB or IPOIB), got %s" % typed(port_space)
+        )
+    if sid_mask is not None:
+        raise UsageError(
+            "Address.ib makes the sid_mask of a port and port_space itself (the port space's bits, and the "
+            "port's when given): give a sid to give a sid_mask"
+        )
+    mask = (RDMA_IB_IP_PS_MASK if ps else 0) | (RDMA_IB_IP_PORT_MASK if p else 0)
+    return (ps << 16) + p, mask
+
+
 @dataclass(init=False, repr=False, eq=False)  # written out: see pyrdmacm._record
 class Address(Record):
     """A socket address for rdma_cm: IPv4, IPv6 (with scope id) or InfiniBand (AF_IB).
@@ -238,14 +263,30 @@ class Address(Record):
 
     # -- constructors
     @classmethod
-    def ib(cls, gid: Any, *, pkey: int = 0xFFFF, sid: int = 0, sid_mask: Optional[int] = None) -> "Address":
+    def ib(cls, gid: Any, *, pkey: int = 0xFFFF, sid: Optional[int] = None, sid_mask: Optional[int] = None,
+           port: Optional[int] = None, port_space: Optional[int] = None) -> "Address":
         """An AF_IB address: a GID, a partition key and an IB service id.
 
         ``gid`` is an :class:`ipaddress.IPv6Address`, its text (``"fe80::2:c903:0:1"``),
-        its 16 bytes or its 128-bit int.  ``sid_mask`` defaults to all ones when a
-        ``sid`` is given.
+        its 16 bytes or its 128-bit int.  The service id is ``sid`` as given (``sid_mask``
+        defaulting to all ones when a ``sid`` is given), or, with ``port`` and/or
+        ``port_space`` instead, the one librdmacm's ``rdma_getaddrinfo`` makes of them:
+        ``(port_space << 16) + port`` (port space TCP when only a port is given, as
+        ``rdma_getaddrinfo``'s default), masked to the port space's 48 bits and, when a port
+        is given, its 16 (``RDMA_IB_IP_PS_MASK`` | ``RDMA_IB_IP_PORT_MASK``).  This is the
+        service id the kernel sends in a REQ or SIDR REQ to this destination: for AF_IB it
+        takes the sockaddr's, and makes none of its own.  Neither: service id 0.
         """
         g = _gid(gid)
+        if sid is not None and (port is not None or port_space is not None):
+            raise UsageError(
+                "Address.ib takes a sid, or a port and port_space to make one from, not both "
+                "(got sid=%s, port=%s, port_space=%s)" % (show(sid), show(port), show(port_space))
+            )
+        if sid is None and (port is not None or port_space is not None):
+            sid, sid_mask = _service_id(port, port_space, sid_mask)
+        elif sid is None:
+            sid = 0
         check_int("Address.ib sid", sid, U64, "0..2**64-1 (64 bits)", in_hex=True)
         if sid_mask is None:
             mask = U64 if sid else 0

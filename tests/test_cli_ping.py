@@ -437,7 +437,7 @@ def test_listen_sigint_stops_cleanly_and_destroys_the_ids(capsys, hosts, cli_on_
     (["ping", A, "--src", "fe80::1"], "needs a zone"),
     (["listen", "70000"], "bad port '70000': give a port 1..65535"),
     (["listen", A], "no port in '10.9.0.1': give PORT or ADDR:PORT"),
-    (["listen", "host:7471"], "is not an IP address"),
+    (["listen", "-n", "host:7471"], "'host:7471' is a host name, and -n/--numeric looks up none"),
     (["listen", "7471", "--private-data", "00" * 197], "a REP of this id carries at most 196"),
     (["listen", "7471", "--reject", "--private-data", "00" * 149], "a REJ of this id carries at most 148"),
     (["listen", "7471", "--ps", "udp", "--private-data", "00" * 137], "a SIDR REP of this id carries at most 136"),

@@ -11,8 +11,9 @@ Theory of operation
   ``(host, port[, flowinfo[, scope_id]])`` for IPv6, where ``host`` is a
   string (an IP address, with a zone if IPv6) or an :mod:`ipaddress` object
   and every other member an ``int`` in range (``bool`` refused);
-* InfiniBand GIDs: ``"gid:fe80::2:c903:0:1"`` (optionally ``pkey=0xffff``,
-  ``sid=...``) or :meth:`Address.ib`.
+* InfiniBand GIDs: ``"gid:fe80::2:c903:0:1"`` (optionally ``pkey=0xffff``, and
+  ``sid=...``, or ``port=7471`` and ``ps=tcp`` for the service id librdmacm makes of
+  them) or :meth:`Address.ib`.
 
 It looks up no host names: :func:`~pyrdmacm._addr_lookup.lookup_host` takes what
 :func:`parse_address` takes and host names too, as rping does.
@@ -533,6 +534,9 @@ def missing_zone(ip: Any) -> UsageError:
     )
 
 
+_GID_OPTIONS = "pkey=0xffff, and sid=0x... or port=7471 [ps=tcp|udp|ib|ipoib]"
+
+
 def _parse_gid(text: str, original: Any) -> Address:
     shown = show(original)
     parts = text.split()
@@ -541,10 +545,17 @@ def _parse_gid(text: str, original: Any) -> Address:
     kw: "dict[str, int]" = {}
     for p in parts[1:]:
         k, _, v = p.partition("=")
-        if k not in ("pkey", "sid") or not v:
-            raise UsageError("unknown GID option %s in %s (use pkey=0xffff sid=0x...)" % (show(p, 20), shown))
+        if k not in ("pkey", "sid", "port", "ps") or not v:
+            raise UsageError("unknown GID option %s in %s (use %s)" % (show(p, 20), shown, _GID_OPTIONS))
         if k in kw:
             raise UsageError("%s given twice in %s: give each option once" % (k, shown))
+        if k == "ps":
+            from .abi import PortSpace
+
+            if v.upper() not in PortSpace.__members__:
+                raise UsageError("bad port space %s in %s: write ps=tcp, udp, ib or ipoib" % (show(v, 20), shown))
+            kw[k] = int(PortSpace[v.upper()])
+            continue
         n = ascii_number(v)
         if n is None:
             ascii_form = as_ascii_digits(v)
@@ -556,17 +567,21 @@ def _parse_gid(text: str, original: Any) -> Address:
                 "bad number %s for %s in %s: write it in ASCII decimal or 0x hex (pkey=0xffff sid=0x1060000)"
                 % (show(v, 20), k, shown)
             )
-        hi, span = (U16, "16 bits (0..0xffff)") if k == "pkey" else (U64, "64 bits")
+        hi, span = (U64, "64 bits") if k == "sid" else (U16, "16 bits (0..0xffff)")
         if n > hi:
             raise UsageError("%s=%s in %s is out of range: a %s is %s" % (k, show(v, 20), shown, k, span))
         kw[k] = n
+    if "sid" in kw and ("port" in kw or "ps" in kw):
+        raise UsageError("%s gives a sid and a port or ps: give the service id, or the port (and port space) it "
+                         "is made of, not both" % shown)
     if "%" in parts[0]:
         raise UsageError("GID %s in %s has a zone: a GID has none; drop the '%%...'" % (show(parts[0]), shown))
     try:
         gid = ipaddress.IPv6Address(parts[0])
     except ValueError:
         raise UsageError("%s is not a GID (128 bits written like an IPv6 address)" % show(parts[0])) from None
-    return Address.ib(gid, pkey=kw.get("pkey", 0xFFFF), sid=kw.get("sid", 0))
+    return Address.ib(gid, pkey=kw.get("pkey", 0xFFFF), sid=kw.get("sid"), port=kw.get("port"),
+                      port_space=kw.get("ps"))
 
 
 def same_family(a: Address, b: Address) -> bool:

@@ -421,3 +421,27 @@ def test_devices_with_nothing_found_exits_4_as_ibv_devinfo_fails(capsys: Any, mo
     assert code == 4 and not out and "no RDMA devices" in err
     code, out, err = run(capsys, "devices", "--json")
     assert code == 4 and json.loads(out) == []
+
+
+def test_ping_to_a_gid_without_a_service_id_takes_librdmacm_s_of_its_port(capsys: Any, monkeypatch: Any) -> None:
+    """``ping gid:...`` with no sid= or port=: the service id of port 7471 in the port space
+    (0x1061d2f for tcp), where it was 0 (which no listener has); the JSON's port is its low 16
+    bits.  The device node is missing here: exit 4 after the inputs are read."""
+    monkeypatch.setenv("PYRDMACM_DEVICE", "/nonexistent/rdma_cm")
+    seen: List[Any] = []
+    real = conn._open_channel
+
+    def record(*a: Any, **kw: Any) -> Any:
+        import inspect
+
+        seen.append(inspect.currentframe().f_back.f_locals["dst"])  # type: ignore[union-attr]
+        return real(*a, **kw)
+
+    monkeypatch.setattr(conn, "_open_channel", record)
+    code, out, _ = run(capsys, "ping", "gid:%s" % IB_GID, "--json")
+    assert code == cli.EXIT_NODEV and json.loads(out)["port"] == 7471
+    assert (seen[0].sid, seen[0].sid_mask) == (0x01061D2F, 0xFFFFFFFFFFFFFFFF)
+    run(capsys, "ping", "gid:%s" % IB_GID, "--ps", "udp", "--json")
+    assert seen[1].sid == 0x01111D2F
+    run(capsys, "ping", "gid:%s sid=0x99" % IB_GID, "--json")
+    assert (seen[2].sid, seen[2].sid_mask) == (0x99, 0xFFFFFFFFFFFFFFFF)  # a given sid as it is

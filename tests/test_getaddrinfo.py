@@ -256,3 +256,16 @@ def test_address_ib_makes_the_service_id_as_librdmacm() -> None:
         Address.ib("fe80::1", port=1, port_space=7)
     with pytest.raises(UsageError, match="port 70000 is out of range"):
         Address.ib("fe80::1", port=70000)
+
+
+def test_the_gid_text_takes_a_port_and_port_space() -> None:
+    assert pyrdmacm.parse_address("gid:fe80::1 port=7471") == Address.ib("fe80::1", port=7471)
+    assert pyrdmacm.parse_address("gid:fe80::1 pkey=0x8001 port=7174 ps=udp") == Address.ib(
+        "fe80::1", pkey=0x8001, port=7174, port_space=PortSpace.UDP)
+    assert pyrdmacm.parse_address("gid:fe80::1 ps=ib").sid == 0x013F0000
+    for text, message in (("gid:fe80::1 sid=1 port=2", "gives a sid and a port or ps"),
+                          ("gid:fe80::1 ps=sdp", "bad port space 'sdp'"),
+                          ("gid:fe80::1 port=70000", "out of range"),
+                          ("gid:fe80::1 port=ssh", "bad number 'ssh' for port")):
+        with pytest.raises(UsageError, match=message):
+            pyrdmacm.parse_address(text)

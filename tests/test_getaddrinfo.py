@@ -269,3 +269,28 @@ def test_the_gid_text_takes_a_port_and_port_space() -> None:
                           ("gid:fe80::1 port=ssh", "bad number 'ssh' for port")):
         with pytest.raises(UsageError, match=message):
             pyrdmacm.parse_address(text)
+
+
+def test_librdmacm_answers_enodev_without_an_rdma_device(tmp_path: Any) -> None:
+    """librdmacm's rdma_getaddrinfo looks nothing up on a host without an RDMA device (its
+    ucma_init fails first: -1, ENODEV); getaddrinfo answers (and its prediction says what is
+    missing: test_where_librdmacm_asks_ibacm_the_precheck_predicts).  Needs gcc and librdmacm's headers, and a host with no RDMA device."""
+    import os
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    source = Path(__file__).resolve().parent.parent / "tools" / "parity" / "getaddrinfo_case.c"
+    if shutil.which("gcc") is None or not os.path.exists("/usr/include/rdma/rdma_cma.h"):
+        pytest.skip("needs gcc and librdmacm's headers (librdmacm-dev) to build tools/parity/getaddrinfo_case.c")
+    if os.path.isdir("/sys/class/infiniband") and os.listdir("/sys/class/infiniband"):
+        pytest.skip("this host has an RDMA device (the lab's test compares the answers there)")
+    exe = tmp_path / "getaddrinfo_case"
+    subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-o", str(exe), str(source), "-lrdmacm"], check=True)
+    import json
+
+    out = json.loads(subprocess.run([str(exe), "10.0.0.2", "7471", "2", "0", "0", "0", "-", "-"],
+                                    capture_output=True, text=True, check=True, timeout=60).stdout)
+    assert out == [{"ret": -1, "errno": errno.ENODEV, "records": []}]
+    info = getaddrinfo("10.0.0.2", "7471", numeric_host=True, no_route=True)
+    assert info.dst == pyrdmacm.parse_address("10.0.0.2:7471")

@@ -182,6 +182,8 @@ def _predict(dst: Address, src: Optional[Address]) -> "tuple[Optional[Prediction
         return e.prediction, e.errno or 0, str(e)
     except UsageError as e:
         return None, 0, "no prediction: %s" % e
+    except OSError as e:  # the routing tables or sysfs could not be read here (a sandbox without netlink ...)
+        return None, 0, "no prediction: this host's routing tables or devices could not be read (%s)" % e
     if p.missing:
         return p, 0, "predicted; the host lacks: %s" % "; ".join(str(m) for m in p.missing)
     return p, 0, "predicted by the pre-check: nothing sent to the kernel"

@@ -294,3 +294,15 @@ def test_librdmacm_answers_enodev_without_an_rdma_device(tmp_path: Any) -> None:
     assert out == [{"ret": -1, "errno": errno.ENODEV, "records": []}]
     info = getaddrinfo("10.0.0.2", "7471", numeric_host=True, no_route=True)
     assert info.dst == pyrdmacm.parse_address("10.0.0.2:7471")
+
+
+def test_a_prediction_that_cannot_read_the_host_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyrdmacm import precheck
+
+    def unreadable(dst: Any, src: Any = None) -> Any:
+        raise PermissionError(errno.EPERM, "netlink refused")
+
+    monkeypatch.setattr(precheck, "predict", unreadable)
+    info = getaddrinfo("10.0.0.2", "7471")
+    assert info.dst == pyrdmacm.parse_address("10.0.0.2:7471") and info.prediction is None
+    assert "could not be read" in info.prediction_note and "netlink refused" in info.prediction_note

@@ -419,6 +419,29 @@ def test_listen_sigint_stops_cleanly_and_destroys_the_ids(capsys, hosts, cli_on_
     assert cli_on_b[0].closed
 
 
+def test_listen_sigterm_as_listening_is_written_stops_cleanly(capsys, hosts, cli_on_b, monkeypatch):
+    """A SIGTERM that comes while LISTENING is written (a supervisor that stops listen as soon
+    as it reads that line) stops it as any other: STOPPED, exit 0 (it escaped as a traceback)."""
+    import io
+    import sys
+
+    class TermOnListening(io.StringIO):
+        def write(self, text):
+            n = super().write(text)
+            if '"LISTENING"' in text:
+                os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, inside the write
+            return n
+
+    out = TermOnListening()
+    monkeypatch.setattr(sys, "stdout", out)
+    code = cli.main(["listen", "--json", "7471"])
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_OK and err == "", err
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [r["event"] for r in records] == ["LISTENING", "STOPPED"]
+    assert records[-1]["why"] == "SIGTERM" and cli_on_b[0].closed
+
+
 # --------------------------------------------------------------------------- bad input, no rdma_cm
 
 @pytest.mark.parametrize("argv,message", [

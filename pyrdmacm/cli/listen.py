@@ -96,16 +96,16 @@ def cmd_listen(args: argparse.Namespace) -> int:
                 bound = lst.query_addr().src or addr
             except KernelError:
                 bound = addr
-            answer = "rejecting" if args.reject else "accepting"
-            emit({"event": "LISTENING", "addr": str(bound), "ps": ps.name, "answer": "REJECT" if args.reject else "ACCEPT",
-                  "private_data": data.hex(), "count": count, "names": [str(name)] if name is not None else []},
-                 *_name_lines([name] if name is not None else []),
-                 "LISTEN %s (rdma_cm PS_%s, %s): %s with %d bytes of private data in the %s; %s" % (
-                     bound, ps.name, "UD: SIDR" if ud else "RC", answer, len(data),
-                     ("SIDR REP" if ud else "REJ" if args.reject else "REP"),
-                     "stops after %d connection%s" % (count, "s" if count != 1 else "") if count
-                     else "Ctrl-C stops"))
-            try:
+            try:  # a SIGTERM right after LISTENING is read stops it as any other
+                answer = "rejecting" if args.reject else "accepting"
+                emit({"event": "LISTENING", "addr": str(bound), "ps": ps.name,
+                      "answer": "REJECT" if args.reject else "ACCEPT", "private_data": data.hex(), "count": count, "names": [str(name)] if name is not None else []},
+                     *_name_lines([name] if name is not None else []),
+                     "LISTEN %s (rdma_cm PS_%s, %s): %s with %d bytes of private data in the %s; %s" % (
+                         bound, ps.name, "UD: SIDR" if ud else "RC", answer, len(data),
+                         ("SIDR REP" if ud else "REJ" if args.reject else "REP"),
+                         "stops after %d connection%s" % (count, "s" if count != 1 else "") if count
+                         else "Ctrl-C stops"))
                 while count is None or stats["ended"] < count:
                     code = _listen_step(ch, lst, conns, stats, args, data, ud, emit)
                     if code != EXIT_OK:

@@ -210,7 +210,8 @@ def test_listen_binds_what_a_host_and_a_service_name_give() -> None:
         assert line, proc.stderr.read() if proc.stderr else ""
         record = json.loads(line)
         proc.send_signal(signal.SIGTERM)
-        code = proc.wait(60)
+        rest, err = proc.communicate(timeout=60)
+        code = proc.returncode
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -219,4 +220,4 @@ def test_listen_binds_what_a_host_and_a_service_name_give() -> None:
     shown = "[%s]:%d" % (want_ip, port) if ":" in want_ip else "%s:%d" % (want_ip, port)
     assert record["addr"] == shown, record
     assert len(record["names"]) == 1 and record["names"][0].startswith("%s is %s" % (name, want_ip)), record
-    assert code == 0
+    assert code == 0, "listen exited %s after SIGTERM:\n%s%s" % (code, rest, err)

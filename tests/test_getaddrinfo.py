@@ -274,7 +274,8 @@ def test_the_gid_text_takes_a_port_and_port_space() -> None:
 def test_librdmacm_answers_enodev_without_an_rdma_device(tmp_path: Any) -> None:
     """librdmacm's rdma_getaddrinfo looks nothing up on a host without an RDMA device (its
     ucma_init fails first: -1, ENODEV); getaddrinfo answers (and its prediction says what is
-    missing: test_where_librdmacm_asks_ibacm_the_precheck_predicts).  Needs gcc and librdmacm's headers, and a host with no RDMA device."""
+    missing: test_where_librdmacm_asks_ibacm_the_precheck_predicts).  Needs gcc and librdmacm's
+    headers, and a host with no RDMA device."""
     import os
     import shutil
     import subprocess

@@ -7,7 +7,8 @@ connect / establish / listen / accept / reject / notify / disconnect, UD, multic
 enums of :mod:`pyrdmacm.abi` (:class:`CmEventType`, :class:`PortSpace`, :class:`QpType`,
 :class:`RejectReason`, :class:`SidrStatus`, :class:`QpState`, :class:`OptionId` ...),
 :class:`Waiter` (a wait for the event that answers a call: ``EventChannel.expect``),
-:func:`parse_address` / :class:`Address`, and the exceptions of :mod:`pyrdmacm.errors`.
+:func:`parse_address` / :class:`Address`, :func:`getaddrinfo` (librdmacm's
+``rdma_getaddrinfo``: names and services to an :class:`RdmaAddrInfo`), and the exceptions of :mod:`pyrdmacm.errors`.
 ``pyrdmacm.aio`` adds asyncio; ``pyrdmacm.precheck`` (which loads pyroute2) predicts
 where a resolution lands.
 
@@ -28,6 +29,7 @@ _EXPORTS: Dict[str, Tuple[str, ...]] = {
     "abi": ("CmEventType", "NotifyEvent", "OptionIb", "OptionId", "PortSpace", "QpAttrMask", "QpState", "QpType",
             "RejectReason", "SidrStatus"),
     "addr": ("Address", "parse_address"),
+    "addrinfo": ("RaiFlag", "RdmaAddrInfo", "getaddrinfo"),
     "channel": ("EventChannel", "UnackedEventsWarning"),
     "cmid": ("CmId", "SourceIgnoredWarning"),
     "membership": ("Membership",),
@@ -58,6 +60,7 @@ if TYPE_CHECKING:  # what type checkers see ("X as X": an explicit re-export, wh
         SidrStatus as SidrStatus,
     )
     from .addr import Address as Address, parse_address as parse_address
+    from .addrinfo import RaiFlag as RaiFlag, RdmaAddrInfo as RdmaAddrInfo, getaddrinfo as getaddrinfo
     from .channel import EventChannel as EventChannel, UnackedEventsWarning as UnackedEventsWarning
     from ._params import allocate_qp_num as allocate_qp_num
     from ._router import Waiter as Waiter

@@ -155,9 +155,9 @@ def checked_text(value: str, what: str) -> str:
     return text
 
 
-def split_host_port(text: str, original: Any) -> "tuple[str, Optional[int]]":
-    """``host``, ``host:port`` (one colon) or ``[host]`` and ``[host]:port`` -> (host, port
-    or None); ``original`` is what the user wrote, for messages."""
+def split_host_service(text: str, original: Any) -> "tuple[str, Optional[str]]":
+    """``host``, ``host:port`` (one colon) or ``[host]`` and ``[host]:port`` -> (host, the
+    port as written, or None); ``original`` is what the user wrote, for messages."""
     if text.startswith("["):
         end = text.find("]")
         if end < 0:
@@ -167,11 +167,17 @@ def split_host_port(text: str, original: Any) -> "tuple[str, Optional[int]]":
             return host, None
         if not rest.startswith(":"):
             raise UsageError("expected ':PORT' after ']' in %s (write [2001:db8::1]:7471)" % show(original))
-        return host, read_port(rest[1:], original)
+        return host, rest[1:]
     if text.count(":") == 1:  # IPv4 (or name) with a port
         host, port = text.split(":")
-        return host, read_port(port, original)
+        return host, port
     return text, None
+
+
+def split_host_port(text: str, original: Any) -> "tuple[str, Optional[int]]":
+    """:func:`split_host_service` with the port read as a number (:func:`read_port`)."""
+    host, port = split_host_service(text, original)
+    return host, None if port is None else read_port(port, original)
 
 
 def read_port(s: str, original: Any) -> int:

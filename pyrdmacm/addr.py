@@ -11,8 +11,9 @@ Theory of operation
   ``(host, port[, flowinfo[, scope_id]])`` for IPv6, where ``host`` is a
   string (an IP address, with a zone if IPv6) or an :mod:`ipaddress` object
   and every other member an ``int`` in range (``bool`` refused);
-* InfiniBand GIDs: ``"gid:fe80::2:c903:0:1"`` (optionally ``pkey=0xffff``,
-  ``sid=...``) or :meth:`Address.ib`.
+* InfiniBand GIDs: ``"gid:fe80::2:c903:0:1"`` (optionally ``pkey=0xffff``, and
+  ``sid=...``, or ``port=7471`` and ``ps=tcp`` for the service id librdmacm makes of
+  them) or :meth:`Address.ib`.
 
 It looks up no host names: :func:`~pyrdmacm._addr_lookup.lookup_host` takes what
 :func:`parse_address` takes and host names too, as rping does.
@@ -132,6 +133,31 @@ def _gid(gid: Any) -> ipaddress.IPv6Address:
     return g
 
 
+def _service_id(port: Optional[int], port_space: Optional[int], sid_mask: Optional[int]) -> "tuple[int, int]":
+    """(sid, sid_mask) of an AF_IB address made from a port space and a port, as librdmacm's
+    ucma_set_sid (addrinfo.c) makes them for rdma_getaddrinfo; the kernel reads them back the
+    same way (cma_select_ib_ps, cma_port)."""
+    from .abi import RDMA_IB_IP_PORT_MASK, RDMA_IB_IP_PS_MASK, PortSpace
+
+    p = 0 if port is None else check_int("Address.ib port", port, U16, "0..65535")
+    if port_space is None:
+        ps = int(PortSpace.TCP)
+    elif port_space.__class__ is not bool and isinstance(port_space, int) and (
+            port_space == 0 or port_space in PortSpace._value2member_map_):
+        ps = int(port_space)
+    else:
+        raise UsageError(
+            "Address.ib port_space must be a PortSpace (TCP, UDP, IB or IPOIB), got %s" % typed(port_space)
+        )
+    if sid_mask is not None:
+        raise UsageError(
+            "Address.ib makes the sid_mask of a port and port_space itself (the port space's bits, and the "
+            "port's when given): give a sid to give a sid_mask"
+        )
+    mask = (RDMA_IB_IP_PS_MASK if ps else 0) | (RDMA_IB_IP_PORT_MASK if p else 0)
+    return (ps << 16) + p, mask
+
+
 @dataclass(init=False, repr=False, eq=False)  # written out: see pyrdmacm._record
 class Address(Record):
     """A socket address for rdma_cm: IPv4, IPv6 (with scope id) or InfiniBand (AF_IB).
@@ -238,14 +264,30 @@ class Address(Record):
 
     # -- constructors
     @classmethod
-    def ib(cls, gid: Any, *, pkey: int = 0xFFFF, sid: int = 0, sid_mask: Optional[int] = None) -> "Address":
+    def ib(cls, gid: Any, *, pkey: int = 0xFFFF, sid: Optional[int] = None, sid_mask: Optional[int] = None,
+           port: Optional[int] = None, port_space: Optional[int] = None) -> "Address":
         """An AF_IB address: a GID, a partition key and an IB service id.
 
         ``gid`` is an :class:`ipaddress.IPv6Address`, its text (``"fe80::2:c903:0:1"``),
-        its 16 bytes or its 128-bit int.  ``sid_mask`` defaults to all ones when a
-        ``sid`` is given.
+        its 16 bytes or its 128-bit int.  The service id is ``sid`` as given (``sid_mask``
+        defaulting to all ones when a ``sid`` is given), or, with ``port`` and/or
+        ``port_space`` instead, the one librdmacm's ``rdma_getaddrinfo`` makes of them:
+        ``(port_space << 16) + port`` (port space TCP when only a port is given, as
+        ``rdma_getaddrinfo``'s default), masked to the port space's 48 bits and, when a port
+        is given, its 16 (``RDMA_IB_IP_PS_MASK`` | ``RDMA_IB_IP_PORT_MASK``).  This is the
+        service id the kernel sends in a REQ or SIDR REQ to this destination: for AF_IB it
+        takes the sockaddr's, and makes none of its own.  Neither: service id 0.
         """
         g = _gid(gid)
+        if sid is not None and (port is not None or port_space is not None):
+            raise UsageError(
+                "Address.ib takes a sid, or a port and port_space to make one from, not both "
+                "(got sid=%s, port=%s, port_space=%s)" % (show(sid), show(port), show(port_space))
+            )
+        if sid is None and (port is not None or port_space is not None):
+            sid, sid_mask = _service_id(port, port_space, sid_mask)
+        elif sid is None:
+            sid = 0
         check_int("Address.ib sid", sid, U64, "0..2**64-1 (64 bits)", in_hex=True)
         if sid_mask is None:
             mask = U64 if sid else 0
@@ -492,6 +534,9 @@ def missing_zone(ip: Any) -> UsageError:
     )
 
 
+_GID_OPTIONS = "pkey=0xffff, and sid=0x... or port=7471 [ps=tcp|udp|ib|ipoib]"
+
+
 def _parse_gid(text: str, original: Any) -> Address:
     shown = show(original)
     parts = text.split()
@@ -500,10 +545,17 @@ def _parse_gid(text: str, original: Any) -> Address:
     kw: "dict[str, int]" = {}
     for p in parts[1:]:
         k, _, v = p.partition("=")
-        if k not in ("pkey", "sid") or not v:
-            raise UsageError("unknown GID option %s in %s (use pkey=0xffff sid=0x...)" % (show(p, 20), shown))
+        if k not in ("pkey", "sid", "port", "ps") or not v:
+            raise UsageError("unknown GID option %s in %s (use %s)" % (show(p, 20), shown, _GID_OPTIONS))
         if k in kw:
             raise UsageError("%s given twice in %s: give each option once" % (k, shown))
+        if k == "ps":
+            from .abi import PortSpace
+
+            if v.upper() not in PortSpace.__members__:
+                raise UsageError("bad port space %s in %s: write ps=tcp, udp, ib or ipoib" % (show(v, 20), shown))
+            kw[k] = int(PortSpace[v.upper()])
+            continue
         n = ascii_number(v)
         if n is None:
             ascii_form = as_ascii_digits(v)
@@ -515,17 +567,21 @@ def _parse_gid(text: str, original: Any) -> Address:
                 "bad number %s for %s in %s: write it in ASCII decimal or 0x hex (pkey=0xffff sid=0x1060000)"
                 % (show(v, 20), k, shown)
             )
-        hi, span = (U16, "16 bits (0..0xffff)") if k == "pkey" else (U64, "64 bits")
+        hi, span = (U64, "64 bits") if k == "sid" else (U16, "16 bits (0..0xffff)")
         if n > hi:
             raise UsageError("%s=%s in %s is out of range: a %s is %s" % (k, show(v, 20), shown, k, span))
         kw[k] = n
+    if "sid" in kw and ("port" in kw or "ps" in kw):
+        raise UsageError("%s gives a sid and a port or ps: give the service id, or the port (and port space) it "
+                         "is made of, not both" % shown)
     if "%" in parts[0]:
         raise UsageError("GID %s in %s has a zone: a GID has none; drop the '%%...'" % (show(parts[0]), shown))
     try:
         gid = ipaddress.IPv6Address(parts[0])
     except ValueError:
         raise UsageError("%s is not a GID (128 bits written like an IPv6 address)" % show(parts[0])) from None
-    return Address.ib(gid, pkey=kw.get("pkey", 0xFFFF), sid=kw.get("sid", 0))
+    return Address.ib(gid, pkey=kw.get("pkey", 0xFFFF), sid=kw.get("sid"), port=kw.get("port"),
+                      port_space=kw.get("ps"))
 
 
 def same_family(a: Address, b: Address) -> bool:

@@ -65,6 +65,7 @@ import weakref
 from collections import deque
 from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple, Union
 
+from ._aio_addrinfo import getaddrinfo as getaddrinfo
 from ._aio_requests import Requests, RequestsOwner
 from ._aio_waiters import BatchWaiter, CloseWatch, FutureWaiter, event_error
 from ._device import timeout_seconds
@@ -77,7 +78,7 @@ from .events import Event
 from .membership import Membership
 from .state import Call, Kind, State
 
-__all__ = ["AsyncChannel"]
+__all__ = ["AsyncChannel", "getaddrinfo"]
 
 _DRAIN = 256  # at most this many events handed out per get_events call when the fd is readable
 _CONNECT_RESPONSE = CmEventType.CONNECT_RESPONSE

@@ -125,6 +125,13 @@ BAD = [
     (["ping", "10.0.2.2", "--timeout", "4294967296"], "bad --timeout"),
     (["ping", "nosuchhost:7471"], "cannot look up host name 'nosuchhost'"),
     (["listen", "7471", "--ps", "ib"], "bad --ps 'ib'"),
+    (["route", "127.0.0.1:no-such-service"], "DST: unknown service 'no-such-service' in '127.0.0.1:no-such-service'"),
+    (["route", "-n", "127.0.0.1:ssh"], "DST '127.0.0.1:ssh' names its port by a service, and -n/--numeric"),
+    (["ping", "--src", "nosuchhost", "10.0.2.2"], "--src: cannot look up host name 'nosuchhost'"),
+    (["listen", "nosuchhost:7471"], "cannot look up host name 'nosuchhost'"),
+    (["listen", "-n", "peer:7471"], "'peer:7471' is a host name, and -n/--numeric looks up none"),
+    (["listen", "10.0.2.15:no-such-service"], "unknown service 'no-such-service'"),
+    (["listen", "peer"], "no port in 'peer'"),
     (["conformance", "--case", "nope"], "unknown case nope"),
 ]
 
@@ -237,6 +244,54 @@ def test_host_names_are_looked_up_and_the_choice_shown(capsys: Any, monkeypatch:
     fake_dns.clear()
     run(capsys, "route", "peer", "--src", "2001:db8::15")  # a source's family restricts the lookup
     assert fake_dns == [("peer", socket.AF_INET6)]
+
+
+def _has_services() -> None:
+    try:
+        socket.getservbyname("ssh", "tcp")
+        socket.getservbyname("domain", "udp")
+    except OSError:
+        pytest.skip("this host's services database lacks ssh/tcp or domain/udp (/etc/services: netbase)")
+
+
+def test_names_and_service_names_everywhere_an_address_is_taken() -> None:
+    """DST, --src and listen's ADDR:PORT take host names, and ports by service name, looked up in
+    the services database for the port space's protocol."""
+    import argparse
+
+    from pyrdmacm.addr import parse_address
+    from pyrdmacm.cli.inputs import _dst_src, _listen_addr
+
+    _has_services()
+    ssh, domain = socket.getservbyname("ssh", "tcp"), socket.getservbyname("domain", "udp")
+    args = argparse.Namespace(dst="127.0.0.1:ssh", src=None, numeric=False, ps="tcp")
+    assert _dst_src(args)[0] == parse_address("127.0.0.1:%d" % ssh)
+    args = argparse.Namespace(dst="peer:domain", src="peer", numeric=False, ps="udp")
+    dst, src, names = _dst_src(args)
+    assert (dst, src) == (parse_address("10.0.2.2:%d" % domain), parse_address("10.0.2.2"))
+    assert [n.name for n in names] == ["peer", "peer"]
+    args = argparse.Namespace(dst="[2001:db8::2]:ssh", src=None, numeric=False, ps="tcp")
+    assert _dst_src(args)[0] == parse_address("[2001:db8::2]:%d" % ssh)
+    addr, name = _listen_addr("peer:7471")
+    assert addr == parse_address("10.0.2.2:7471") and name is not None and name.name == "peer"
+    assert _listen_addr("[::]:ssh") == (parse_address("[::]:%d" % ssh), None)
+    assert _listen_addr("7471") == (parse_address("0.0.0.0:7471"), None)
+    assert _listen_addr("127.0.0.1:7471", numeric=True) == (parse_address("127.0.0.1:7471"), None)
+
+
+def test_a_service_of_the_other_protocol_is_named_so() -> None:
+    from pyrdmacm.cli.inputs import _BadInput, _listen_addr
+
+    try:
+        socket.getservbyname("ssh", "tcp")
+        socket.getservbyname("ssh", "udp")
+        pytest.skip("this host's services database has ssh for udp too")
+    except OSError:
+        pass
+    _has_services()
+    with pytest.raises(_BadInput, match="unknown service 'ssh' in '10.0.2.15:ssh': no udp service of that name "
+                                        r"in the services database \(/etc/services\) \(it is a tcp service\)"):
+        _listen_addr("10.0.2.15:ssh", protocol="udp")
 
 
 def test_gid_destinations_are_predicted(capsys: Any, monkeypatch: Any, devs: Any) -> None:
@@ -366,3 +421,27 @@ def test_devices_with_nothing_found_exits_4_as_ibv_devinfo_fails(capsys: Any, mo
     assert code == 4 and not out and "no RDMA devices" in err
     code, out, err = run(capsys, "devices", "--json")
     assert code == 4 and json.loads(out) == {"schema": 1, "devices": [], "exit": 4}
+
+
+def test_ping_to_a_gid_without_a_service_id_takes_librdmacm_s_of_its_port(capsys: Any, monkeypatch: Any) -> None:
+    """``ping gid:...`` with no sid= or port=: the service id of port 7471 in the port space
+    (0x1061d2f for tcp), where it was 0 (which no listener has); the JSON's port is its low 16
+    bits.  The device node is missing here: exit 4 after the inputs are read."""
+    monkeypatch.setenv("PYRDMACM_DEVICE", "/nonexistent/rdma_cm")
+    seen: List[Any] = []
+    real = conn._open_channel
+
+    def record(*a: Any, **kw: Any) -> Any:
+        import inspect
+
+        seen.append(inspect.currentframe().f_back.f_locals["dst"])  # type: ignore[union-attr]
+        return real(*a, **kw)
+
+    monkeypatch.setattr(conn, "_open_channel", record)
+    code, out, _ = run(capsys, "ping", "gid:%s" % IB_GID, "--json")
+    assert code == cli.EXIT_NODEV and json.loads(out)["port"] == 7471
+    assert (seen[0].sid, seen[0].sid_mask) == (0x01061D2F, 0xFFFFFFFFFFFFFFFF)
+    run(capsys, "ping", "gid:%s" % IB_GID, "--ps", "udp", "--json")
+    assert seen[1].sid == 0x01111D2F
+    run(capsys, "ping", "gid:%s sid=0x99" % IB_GID, "--json")
+    assert (seen[2].sid, seen[2].sid_mask) == (0x99, 0xFFFFFFFFFFFFFFFF)  # a given sid as it is

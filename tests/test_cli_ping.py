@@ -419,6 +419,29 @@ def test_listen_sigint_stops_cleanly_and_destroys_the_ids(capsys, hosts, cli_on_
     assert cli_on_b[0].closed
 
 
+def test_listen_sigterm_as_listening_is_written_stops_cleanly(capsys, hosts, cli_on_b, monkeypatch):
+    """A SIGTERM that comes while LISTENING is written (a supervisor that stops listen as soon
+    as it reads that line) stops it as any other: STOPPED, exit 0 (it escaped as a traceback)."""
+    import io
+    import sys
+
+    class TermOnListening(io.StringIO):
+        def write(self, text):
+            n = super().write(text)
+            if '"LISTENING"' in text:
+                os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, inside the write
+            return n
+
+    out = TermOnListening()
+    monkeypatch.setattr(sys, "stdout", out)
+    code = cli.main(["listen", "--json", "7471"])
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_OK and err == "", err
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [r["event"] for r in records] == ["LISTENING", "STOPPED"]
+    assert records[-1]["why"] == "SIGTERM" and cli_on_b[0].closed
+
+
 # --------------------------------------------------------------------------- bad input, no rdma_cm
 
 @pytest.mark.parametrize("argv,message", [
@@ -437,7 +460,7 @@ def test_listen_sigint_stops_cleanly_and_destroys_the_ids(capsys, hosts, cli_on_
     (["ping", A, "--src", "fe80::1"], "needs a zone"),
     (["listen", "70000"], "bad port '70000': give a port 1..65535"),
     (["listen", A], "no port in '10.9.0.1': give PORT or ADDR:PORT"),
-    (["listen", "host:7471"], "is not an IP address"),
+    (["listen", "-n", "host:7471"], "'host:7471' is a host name, and -n/--numeric looks up none"),
     (["listen", "7471", "--private-data", "00" * 197], "a REP of this id carries at most 196"),
     (["listen", "7471", "--reject", "--private-data", "00" * 149], "a REJ of this id carries at most 148"),
     (["listen", "7471", "--ps", "udp", "--private-data", "00" * 137], "a SIDR REP of this id carries at most 136"),

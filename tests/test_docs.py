@@ -22,5 +22,6 @@ def test_the_sphinx_reference_builds_and_covers_every_public_name(tmp_path):
     missing = [name for module, names in pyrdmacm._EXPORTS.items() for name in names
                if 'id="pyrdmacm.%s"' % name not in html and 'id="pyrdmacm.%s.%s"' % (module, name) not in html]
     assert not missing, missing
-    for name in ("AsyncChannel", "AsyncChannel.channel", "AsyncChannel.outcome_of", "AsyncChannel.requests"):
+    for name in ("AsyncChannel", "AsyncChannel.channel", "AsyncChannel.outcome_of", "AsyncChannel.requests",
+                 "getaddrinfo"):
         assert 'id="pyrdmacm.aio.%s"' % name in html, name

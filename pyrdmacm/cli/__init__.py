@@ -30,8 +30,9 @@ RDMA here, 130 interrupted.
 Addresses are written as the library takes them (``10.0.0.2``,
 ``10.0.0.2:7471``, ``fe80::1%eth0``, ``[fe80::1%eth0]:7471``, ``gid:...``) or as
 host names, looked up as rping does (getaddrinfo, its first answer; the one
-taken is shown); ``-n``/``--numeric`` looks up no names.  The address parsed
-here is the one the pre-check and the library get.
+taken is shown), ``listen``'s included; a port may be a service name of the services
+database (``127.0.0.1:ssh``, for the port space's protocol); ``-n``/``--numeric`` looks
+up no names.  The address parsed here is the one the pre-check and the library get.
 
 ``ping`` makes the connection a client would, without a QP: RESOLVE_ADDR, RESOLVE_ROUTE,
 CONNECT (a QP number allocated unique in the process; the peer's data would go there),
@@ -105,8 +106,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _numeric_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "--numeric", action="store_true",
-                   help="look up no host names: DST and --src must be addresses (as `ping -n`; "
-                        "ip's -n is another thing: a netns)")
+                   help="look up no host or service names: addresses and port numbers only (as `ping -n` and "
+                        "`ss -n`; ip's -n is another thing: a netns)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -211,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("listen", help="listen on [ADDR:]PORT; show each request and what follows, "
                                        "accept (or --reject) it")
-    ls.add_argument("addr", metavar="[ADDR:]PORT", help="7471, 10.0.0.1:7471, [::]:7471 (default address 0.0.0.0)")
+    ls.add_argument("addr", metavar="[ADDR:]PORT", help="7471, 10.0.0.1:7471, [::]:7471, localhost:7471 (default "
+                                                      "address 0.0.0.0; names and service names looked up)")
     ls.add_argument("--ps", default="tcp", metavar="tcp|udp", help="port space: tcp (RC, the default) or udp "
                                                                    "(UD: SIDR)")
     ls.add_argument("--count", metavar="N", help="stop after N connections have ended (default: run until "
@@ -227,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                            "host, the rail (netdev) and the address it came to, "
                                                            "as `pyrdmacm mesh` reads it")
     ls.add_argument("--json", action="store_true", help="one JSON object per event, one per line, as they come")
+    _numeric_flag(ls)
     ls.set_defaults(func=_command("listen", "cmd_listen"))
 
     ms = sub.add_parser("mesh", help="the fabric check: from every local rail (RDMA netdev), does the CM reach "

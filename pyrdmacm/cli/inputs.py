@@ -15,19 +15,24 @@ class _BadInput(Exception):
     """A command-line value that cannot be used: the message says which and what to do."""
 
 
-def _address(text: str, what: str, numeric: bool, port: Optional[int] = None, family: int = 0) -> Tuple[Any, Any]:
+def _address(text: str, what: str, numeric: bool, port: Optional[int] = None, family: int = 0,
+             protocol: str = "tcp") -> Tuple[Any, Any]:
     """``(Address, HostName or None)``: what the user wrote for ``what`` (DST, --src ...),
-    a host name looked up unless ``numeric``; the Address is what the pre-check and the
+    a host name and a service name (``peer:ssh``, the services database's port for
+    ``protocol``) looked up unless ``numeric``; the Address is what the pre-check and the
     library get."""
-    from .._addr_lookup import host_name, lookup_host
+    from .._addr_lookup import host_name, lookup_host, service_name
     from ..addr import parse_address
     from ..errors import UsageError
 
     try:
         if numeric:
             return parse_address(text, port), None
-        return lookup_host(text, port, family=family)
+        return lookup_host(text, port, family=family, protocol=protocol)
     except UsageError as e:
+        if numeric and service_name(text) is not None:
+            raise _BadInput("%s %r names its port by a service, and -n/--numeric looks up none: write the port "
+                            "number" % (what, text)) from None
         if numeric and host_name(text) is not None:
             raise _BadInput("%s %r is a host name, and -n/--numeric looks up none: write an IP address"
                             % (what, text)) from None
@@ -44,12 +49,19 @@ def _dst_src(args: argparse.Namespace, port: Optional[int] = None) -> Tuple[Any,
     """DST and --src as Addresses (the source first: a DST name is looked up in its family),
     and the host names looked up."""
     numeric = getattr(args, "numeric", False)
-    src, src_name = _address(args.src, "--src", numeric) if args.src else (None, None)
-    dst, dst_name = _address(args.dst, "DST", numeric, port, src.family if src is not None else 0)
+    protocol = _service_protocol(args)
+    src, src_name = _address(args.src, "--src", numeric, protocol=protocol) if args.src else (None, None)
+    dst, dst_name = _address(args.dst, "DST", numeric, port, src.family if src is not None else 0, protocol)
     if src is not None and (src.family != dst.family or src.ip.version != dst.ip.version):
         raise _BadInput("--src %s is %s but DST %s is %s: give a --src of the destination's family, or none"
                         % (args.src, _family_text(src), args.dst, _family_text(dst)))
     return dst, src, [n for n in (dst_name, src_name) if n is not None]
+
+
+def _service_protocol(args: argparse.Namespace) -> str:
+    """The services database's protocol for a service name in an address: the port space's
+    (udp for --ps udp and ipoib, as librdmacm's rdma_getaddrinfo asks; else tcp)."""
+    return "udp" if str(getattr(args, "ps", "tcp")).lower() in ("udp", "ipoib") else "tcp"
 
 
 def _addr_text(a: Any) -> str:
@@ -145,28 +157,26 @@ def _explicit_port(text: str) -> bool:
     return re.fullmatch(r"\[[^\]]*\]:[^:]*|[^:\[\]]+:[^:]*", text.strip()) is not None
 
 
-def _listen_addr(text: str) -> Any:
-    from ..addr import parse_address
-    from ..errors import UsageError
-
+def _listen_addr(text: str, numeric: bool = False, protocol: str = "tcp") -> Tuple[Any, Any]:
+    """listen's ``[ADDR:]PORT`` as ``(Address, HostName or None)``: a bare port listens on
+    0.0.0.0; ADDR may be a host name and PORT a service name, looked up unless ``numeric``."""
     t = text.strip()
     if t.isdigit() and t.isascii():
         port = int(t)
-        host = "0.0.0.0"
-        text_addr = "%s:%d" % (host, port)
+        text_addr = "0.0.0.0:%d" % port
         if not 1 <= port <= 0xFFFF:
             raise _BadInput("bad port %r: give a port 1..65535 (librdmacm's examples use %d)" % (text, DEFAULT_PORT))
     else:
         text_addr = t
     try:
-        a = parse_address(text_addr)
-    except UsageError as e:
-        raise _BadInput("%s (listen takes PORT or ADDR:PORT, e.g. %d or 10.0.0.1:%d)"
-                        % (e, DEFAULT_PORT, DEFAULT_PORT)) from None
+        a, name = _address(text_addr, "[ADDR:]PORT", numeric, protocol=protocol)
+    except _BadInput as e:
+        raise _BadInput("%s (listen takes PORT or ADDR:PORT, e.g. %d, 10.0.0.1:%d or localhost:%d)"
+                        % (e, DEFAULT_PORT, DEFAULT_PORT, DEFAULT_PORT)) from None
     if not a.port:
         raise _BadInput("no port in %r: give PORT or ADDR:PORT with a port 1..65535 (e.g. %d or %s:%d)"
                         % (text, DEFAULT_PORT, _ip_text(a.ip), DEFAULT_PORT))
-    return a
+    return a, name
 
 
 def _group_src(args: argparse.Namespace) -> Tuple[Any, Any, List[Any]]:

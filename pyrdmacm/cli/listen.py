@@ -12,8 +12,8 @@ from typing import Any, Dict, Optional
 from . import conn
 from .conn import TIMEWAIT_GRACE, _conn_peer, _destroy_quietly, _pd_info, _pd_text, _status_text
 from .inputs import _BadInput, _count, _listen_addr, _ms_after, _port_space, _private_data_arg
-from .output import (EXIT_EVENT, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _clock, _err, _ip_text, _refused_exit, _text,
-                     error_json, json_line)
+from .output import (EXIT_EVENT, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _clock, _err, _ip_text, _name_lines, _refused_exit,
+                     _text, error_json, json_line)
 
 class _Stop(Exception):
     """SIGTERM during ``listen``: stop as on Ctrl-C."""
@@ -45,8 +45,8 @@ def cmd_listen(args: argparse.Namespace) -> int:
     from ..errors import DeviceNodeError, KernelError
 
     try:
-        addr = _listen_addr(args.addr)
         ps = _port_space(args.ps)
+        addr, name = _listen_addr(args.addr, args.numeric, "udp" if ps is PortSpace.UDP else "tcp")
         count = _count(args.count, None)
         args.disconnect_ms = _ms_after(args.disconnect_after, "--disconnect-after")
         ud = ps is PortSpace.UDP
@@ -99,15 +99,16 @@ def cmd_listen(args: argparse.Namespace) -> int:
                 bound = lst.query_addr().src or addr
             except KernelError:
                 bound = addr
-            answer = "rejecting" if args.reject else "accepting"
-            emit({"event": "LISTENING", "addr": str(bound), "ps": ps.name, "answer": "REJECT" if args.reject else "ACCEPT",
-                  "private_data": data.hex(), "count": count},
-                 "LISTEN %s (rdma_cm PS_%s, %s): %s with %d bytes of private data in the %s; %s" % (
-                     bound, ps.name, "UD: SIDR" if ud else "RC", answer, len(data),
-                     ("SIDR REP" if ud else "REJ" if args.reject else "REP"),
-                     "stops after %d connection%s" % (count, "s" if count != 1 else "") if count
-                     else "Ctrl-C stops"))
-            try:
+            try:  # a SIGTERM right after LISTENING is read stops it as any other
+                answer = "rejecting" if args.reject else "accepting"
+                emit({"event": "LISTENING", "addr": str(bound), "ps": ps.name,
+                      "answer": "REJECT" if args.reject else "ACCEPT", "private_data": data.hex(), "count": count, "names": [str(name)] if name is not None else []},
+                     *_name_lines([name] if name is not None else []),
+                     "LISTEN %s (rdma_cm PS_%s, %s): %s with %d bytes of private data in the %s; %s" % (
+                         bound, ps.name, "UD: SIDR" if ud else "RC", answer, len(data),
+                         ("SIDR REP" if ud else "REJ" if args.reject else "REP"),
+                         "stops after %d connection%s" % (count, "s" if count != 1 else "") if count
+                         else "Ctrl-C stops"))
                 while count is None or stats["ended"] < count:
                     code = _listen_step(ch, lst, conns, stats, args, data, ud, emit)
                     if code != EXIT_OK:

@@ -169,6 +169,10 @@ def cmd_ping(args: argparse.Namespace) -> int:
                             % (args.dst, DEFAULT_PORT))
         if not dst.port and dst.family != AF_IB:
             dst = dataclasses.replace(dst, port=DEFAULT_PORT)
+        elif dst.family == AF_IB and not dst.sid_mask:  # no sid=/port=: librdmacm's service id of the default port
+            from ..addr import Address
+
+            dst = Address.ib(dst.ip, pkey=dst.pkey, port=DEFAULT_PORT, port_space=ps)
         count = _count(args.count, 1)
         timeout_ms = _timeout_ms(args.timeout)
         ud = ps is PortSpace.UDP

@@ -106,6 +106,7 @@ class Verbs:
         self.mr = MR(self.pd, BUF, access)
         self.masks: Dict[str, int] = {}
         self.done: Dict[int, Any] = {}  # completions polled, not yet asked for
+        self.access = -1  # the access flags of the INIT attributes the QP was given
 
     def offer(self) -> bytes:
         return OFFER.pack(self.mr.buf, self.mr.rkey, BUF)
@@ -115,6 +116,8 @@ class Verbs:
         qp_attr = cm.init_qp_attr(state)
         attr, mask = qp_attr.to_pyverbs()
         self.masks[state.name] = mask
+        if state is QpState.INIT:
+            self.access = qp_attr.qp_access_flags
         step("modify_qp %s" % state.name, self.qp.modify, attr, mask)
         return qp_attr
 
@@ -201,7 +204,7 @@ def rc_server(port: int, token: str) -> Dict[str, Any]:
             a = v.move(req, st)
             if st is QpState.RTR:
                 out["rtr_dest_qp_num"] = a.dest_qp_num
-        out["masks"] = v.masks
+        out["masks"], out["access"] = v.masks, v.access
         v.post_recv(1, 0, 256)
         v.post_recv(2, 256, 256)
         req.accept(ConnParam(qp_num=v.qp.qp_num, private_data=v.offer(), **PARAMS))
@@ -234,6 +237,7 @@ def rc_client(addr: str, port: int, token: str) -> Dict[str, Any]:
         wait(ch, E.ROUTE_RESOLVED)
         v = Verbs(cm, e.IBV_QPT_RC)  # in RESET: its number is all connect() needs
         out: Dict[str, Any] = {"device": v.device, "port": v.port, "qp_num": v.qp.qp_num}
+        out["access_before_connect"] = cm.init_qp_attr(QpState.INIT).qp_access_flags
         cm.connect(ConnParam(qp_num=v.qp.qp_num, private_data=v.offer(), **PARAMS))
         ev = wait(ch, E.CONNECT_RESPONSE)
         out["peer_qp_num"] = ev.param.qp_num
@@ -242,7 +246,7 @@ def rc_client(addr: str, port: int, token: str) -> Dict[str, Any]:
             a = v.move(cm, st)
             if st is QpState.RTR:
                 out["rtr_dest_qp_num"] = a.dest_qp_num
-        out["masks"] = v.masks
+        out["masks"], out["access"] = v.masks, v.access
         v.post_recv(1, 0, 256)
         cm.establish()  # the RTU: the server's ESTABLISHED
         out["qp_state"] = v.state()

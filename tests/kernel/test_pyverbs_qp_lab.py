@@ -39,6 +39,7 @@ DEPS = os.pathsep.join(sorted({os.path.dirname(os.path.dirname(m.__file__)) for 
 ENV = {"PYRDMACM_DEPS": DEPS, "PYTHONDONTWRITEBYTECODE": "1"}
 RC_PORT, UD_PORT = 18515, 18516
 RTS = 3  # IBV_QPS_RTS
+IB_ACCESS_REMOTE_WRITE = 2
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -91,6 +92,11 @@ def test_rc_send_receive_and_rdma_write_both_ways(peer):
         assert masks["RTR"] & rtr == rtr, masks
         rts = M.STATE | M.SQ_PSN | M.TIMEOUT | M.RETRY_CNT | M.RNR_RETRY | M.MAX_QP_RD_ATOMIC
         assert masks["RTS"] & rts == rts, masks
+    # INIT grants the peer remote write once the CM exchange began (IB_ACCESS_REMOTE_WRITE;
+    # read and atomics only with responder resources, 0 here), none before: hence the recipe
+    # asks for INIT after connect()
+    assert c["access_before_connect"] == 0
+    assert c["access"] == s["access"] == IB_ACCESS_REMOTE_WRITE
     # the data, both ways: sends, and what each side's RDMA write left in the other's memory
     assert s["received"] == ["ping from the client " + token, "wrote " + token]
     assert c["received"] == ["pong from the server " + token]

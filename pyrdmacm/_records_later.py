@@ -5,13 +5,16 @@ first use through ``records``' module ``__getattr__`` (their ``__module__`` is
 They are plain ``dataclass(frozen=True)``: each costs 0.4-1.9 ms to define on Python 3.11
 (six methods compiled per class), which the library's import must not pay for records that
 only QUERY, INIT_QP_ATTR and datagram ids make.  Nothing here imports :mod:`pyrdmacm.records`.
+
+The one module that imports pyverbs (rdma-core's binding, not a dependency): inside
+:meth:`QpAttr.to_pyverbs` and :meth:`AhAttr.to_pyverbs`, when they are called.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
 
 if TYPE_CHECKING:
     from .abi import QpAttrMask
@@ -131,6 +134,35 @@ class AhAttr:
     is_global: int
     port_num: int
 
+    def to_pyverbs(self) -> Any:
+        """This address handle as pyverbs takes it: a ``pyverbs.addr.AHAttr`` (with its
+        ``GlobalRoute`` when ``is_global``), for ``pyverbs.addr.AH(pd, attr=...)``: the AH a
+        UD QP sends to the peer of a SIDR answer (``event.param.ah``) or to a multicast
+        group.  Imports pyverbs now; :class:`~pyrdmacm.UsageError` where it is missing."""
+        AHAttr, GID, GlobalRoute = _pyverbs("addr", "AHAttr", "GID", "GlobalRoute")
+        gr = None
+        if self.is_global:
+            gr = GlobalRoute(dgid=GID(self.dgid.exploded), flow_label=self.flow_label, sgid_index=self.sgid_index,
+                             hop_limit=self.hop_limit, traffic_class=self.traffic_class)
+        return AHAttr(dlid=self.dlid, sl=self.sl, src_path_bits=self.src_path_bits, static_rate=self.static_rate,
+                      is_global=self.is_global, port_num=self.port_num, gr=gr)
+
+
+def _pyverbs(module: str, *names: str) -> Tuple[Any, ...]:
+    """``names`` of ``pyverbs.<module>``, imported now (pyverbs is rdma-core's, not a
+    dependency); UsageError saying where to get it when this Python has none."""
+    import importlib
+
+    from .errors import UsageError
+
+    try:
+        mod = importlib.import_module("pyverbs." + module)
+    except ImportError as e:
+        raise UsageError("to_pyverbs() needs pyverbs, rdma-core's Python binding, importable by this Python "
+                         "(%s): install it (Debian and Ubuntu: python3-pyverbs, for the system python3; "
+                         "rdma-core builds it elsewhere) or program the QP from fields()" % e) from None
+    return tuple(getattr(mod, name) for name in names)
+
 
 @dataclass(frozen=True)
 class UdParam:
@@ -178,7 +210,9 @@ class UdParam:
 class QpAttr:
     """INIT_QP_ATTR's answer (``struct ib_uverbs_qp_attr``): what a QP moving to
     ``qp_state`` would be programmed with.  ``mask`` says which fields are set
-    (:class:`~pyrdmacm.abi.QpAttrMask`; the others are zero); :meth:`fields` gives those."""
+    (:class:`~pyrdmacm.abi.QpAttrMask`; the others are zero); :meth:`fields` gives those,
+    and :meth:`to_pyverbs` the ``(QPAttr, mask)`` pyverbs' ``qp.modify()`` takes: a QP made
+    elsewhere carries the connection's data once given these (docs/pyverbs.md)."""
 
     __module__ = "pyrdmacm.records"
 
@@ -216,6 +250,27 @@ class QpAttr:
                 for name in names:
                     out[name] = getattr(self, name)
         return out
+
+    def to_pyverbs(self) -> Tuple[Any, int]:
+        """This answer as pyverbs takes it: ``(attr, mask)``, a ``pyverbs.qp.QPAttr`` with the
+        fields ``mask`` names (address handles made by :meth:`AhAttr.to_pyverbs`) and the
+        mask as an int, for ``qp.modify(attr, mask)``: ``ibv_modify_qp`` with what
+        ``rdma_init_qp_attr`` answered, the step librdmacm takes for a QP it owns.  The mask
+        bits are ``IBV_QP_*`` (the kernel's ``IB_QP_*`` are the same numbers).
+
+        A connected (RC) QP: INIT, RTR, RTS in turn, each from ``init_qp_attr`` asked after
+        the CM exchange began (the kernel's INIT attributes grant remote write, and read
+        with responder resources, only then).  A UD QP: INIT from ``init_qp_attr(INIT)``;
+        RTR and RTS as librdmacm moves them (the state alone, then the state and
+        ``sq_psn``), because the kernel's answer for those states names the port, which no
+        QP may be given on the way to RTR (the device refuses it, EINVAL).  docs/pyverbs.md
+        has the whole recipe.  Imports pyverbs now; :class:`~pyrdmacm.UsageError` where it
+        is missing."""
+        (QPAttr,) = _pyverbs("qp", "QPAttr")
+        attr = QPAttr(qp_state=self.qp_state, cur_qp_state=self.cur_qp_state)
+        for name, value in self.fields().items():
+            setattr(attr, name, value.to_pyverbs() if isinstance(value, AhAttr) else value)
+        return attr, int(self.mask)
 
 
 _MASK_FIELDS: Tuple[Tuple[int, Tuple[str, ...]], ...] = ()

@@ -395,8 +395,9 @@ class CmId(Connections, Queries, Lifecycle):
     def init_qp_attr(self, qp_state: Union[abi.QpState, int]) -> QpAttr:
         """``rdma_init_qp_attr``: the attributes a QP moving to ``qp_state`` (INIT, RTR, RTS ...)
         would be given for this id's connection -- what to program a QP made elsewhere
-        with, and the numbers behind a data-plane failure (peer QPN, PSNs, MTU, timeout,
-        retry counts)."""
+        with (:meth:`QpAttr.to_pyverbs <pyrdmacm.QpAttr.to_pyverbs>` for a pyverbs QP:
+        docs/pyverbs.md), and the numbers behind a data-plane failure (peer QPN, PSNs, MTU,
+        timeout, retry counts)."""
         try:
             st = abi.QpState(check_int("qp_state", qp_state, 0xFFFFFFFF))
         except ValueError:

@@ -38,7 +38,10 @@ class ConnParam(Record):
     the number to the peer as given (24 bits), and the peer's data goes there.  ``None``
     (the default) takes a number from :func:`pyrdmacm.allocate_qp_num`, unique in the
     process; give your own QP's number when you have one.  ``retry_count`` is the one the
-    peer's QP uses for its sends to us (Soft-RoCE retries for ever at 7).  ``ece`` is the
+    peer's QP uses for its sends to us (Soft-RoCE retries for ever at 7).  The defaults
+    (responder resources and initiator depth 0, retry and RNR retry 7) are not pyverbs':
+    its ``pyverbs.cmid.ConnParam`` has ``resources=1, depth=1, retry=5, rnr_retry=5``; a
+    QP doing RDMA reads or atomics needs 1 or more of each (docs/pyverbs.md).  ``ece`` is the
     (vendor_id, attr_mod) pair of Enhanced Connection Establishment (5.8+).
 
     On a received event, ``private_data`` is what the message carried: the kernel gives

@@ -196,3 +196,14 @@ def read_port(s: str, original: Any) -> int:
     if p > U16:
         raise UsageError("port %s out of range in %s: a port is 0..65535" % (show(s, 20), show(original)))
     return p
+
+
+def ip_text(v: Any) -> str:
+    """An address as ``ip`` and librdmacm users read it: a RoCE v2 GID of an IPv4 address
+    in dotted form (``::ffff:10.0.2.15``, where Python before 3.13 writes ``::ffff:a00:20f``)."""
+    import ipaddress
+    import socket
+
+    if isinstance(v, ipaddress.IPv6Address) and not v.scope_id:
+        return socket.inet_ntop(socket.AF_INET6, v.packed)
+    return str(v)

@@ -95,6 +95,8 @@ def cmd_listen(args: argparse.Namespace) -> int:
                 lst.listen()
             except KernelError as e:
                 return _failed(args, e, _refused_exit(e.errno))
+            if getattr(args, "identify", False):
+                _identity(args, None)  # the table of this host's addresses, before the first request
             try:
                 bound = lst.query_addr().src or addr
             except KernelError:
@@ -142,12 +144,16 @@ def _identity(args: argparse.Namespace, local: Any) -> bytes:
     from ..mesh.engine import identity
 
     known: Dict[str, bytes] = args.__dict__.setdefault("_identities", {})
-    ip = _ip_text(local.ip)
-    if ip not in known:
+    ip = _ip_text(local.ip) if local is not None else None
+    if ip not in known:  # every address of this host, at once (before LISTENING: a request is answered at once)
         names = {link.index: link.name for link in links()}
-        rail = next((names.get(i, "?") for i, addrs in addresses().items() for a in addrs if a.ip == local.ip), "?")
-        known[ip] = identity(socket.gethostname(), rail, ip)
-    return known[ip]
+        host = socket.gethostname()
+        for i, addrs in addresses().items():
+            for a in addrs:
+                known.setdefault(_ip_text(a.ip), identity(host, names.get(i, "?"), _ip_text(a.ip)))
+        if ip is not None and ip not in known:
+            known[ip] = identity(host, "?", ip)
+    return known[ip] if ip is not None else b""
 
 
 def _listen_step(ch: Any, lst: Any, conns: Dict[int, "_Conn"], stats: Dict[str, int], args: argparse.Namespace,

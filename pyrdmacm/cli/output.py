@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
+from .._addr_input import ip_text
 from ..errors import error_object
 
 #: the one error object: every subcommand's JSON says an error so
@@ -52,14 +53,8 @@ def exit_codes_text(width: int = 78) -> str:
     return text
 
 
-def _ip_text(v: Any) -> str:
-    """An address as ``ip`` and librdmacm users read it: RoCE v2 GIDs of IPv4 in dotted form."""
-    import ipaddress
-    import socket
-
-    if isinstance(v, ipaddress.IPv6Address) and not v.scope_id:
-        return socket.inet_ntop(socket.AF_INET6, v.packed)  # ::ffff:10.0.2.15, not ::ffff:a00:20f
-    return str(v)
+#: an address as ``ip`` and librdmacm users read it (a RoCE v2 GID of IPv4 in dotted form)
+_ip_text = ip_text
 
 
 def _jsonable(v: Any) -> Any:

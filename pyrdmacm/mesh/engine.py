@@ -9,6 +9,7 @@ import socket
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from .._addr_input import ip_text
 from .cells import Cell, Rail, Target
 
 #: what an identifying listener (``pyrdmacm listen --identify``) puts first in its REP's
@@ -169,8 +170,8 @@ async def _cell(ach: Any, cell: Cell, src: str, dst: str, port: int, ps: Any, ti
             cell.device = info.device.name if info.device else None
             cell.port = info.port_num
             sgid, dgid = cm.query_gid()
-            cell.sgid = str(sgid.ip) if sgid is not None else None
-            cell.dgid = str(dgid.ip) if dgid is not None else None
+            cell.sgid = ip_text(sgid.ip) if sgid is not None else None
+            cell.dgid = ip_text(dgid.ip) if dgid is not None else None
             cell.gid_index, cell.gid_type = _gid_entry(devs, cell.device, cell.port, sgid.ip if sgid else None)
             ev = await step("connect", ach.connect(cm, qp_num=None, responder_resources=1, initiator_depth=1,
                                                    raise_on_error=False), timeout_ms / 1000.0)

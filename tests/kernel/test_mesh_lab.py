@@ -64,7 +64,7 @@ def test_an_identifying_listener_on_the_peer_and_the_merge_of_both_guests_runs(p
     listener = peer.start([*PYRDMACM, "listen", "7471", "--identify", "--json"])
     try:
         peer.wait_listening(7471, timeout=120)
-        code, out, err = mesh(peer.address, "--json")
+        code, out, err = mesh(peer.address, "--timeout", "10000", "--json")  # the peer's Python: slow under TCG
         (c,) = cells(out)
         assert code == 0, err
         assert c["outcome"] == "established" and c["agent"] == {"host": peer.host, "rail": "eth0",

@@ -43,7 +43,8 @@ ROOT = Path(__file__).resolve().parent.parent
 LAB = ROOT / "tools" / "lab"
 PEER_AGENT = ROOT / "tests" / "lab_peer.py"
 SUITES = ("bullseye", "bookworm", "trixie", "sid")
-TOPOLOGIES = ("single", "pair", "multihomed")
+TOPOLOGIES = ("single", "pair", "multihomed", "fabric")
+QEMUS = {"pair": 2, "fabric": 4}  # qemu processes a boot of the topology runs (default 1)
 RDMA_CM = "/dev/infiniband/rdma_cm"
 BOOT_TIMEOUT = 900.0  # seconds, for a boot that has a core to itself
 # How long each kernel test took last time on each suite, to start the longest boots first.
@@ -165,7 +166,7 @@ class Boot:
         mirror = config.getoption("--lab-mirror")
         mirror = ["--mirror", mirror] if mirror else []
         peer = []
-        if topology == "pair":  # the peer agent, for the ``peer`` fixture
+        if topology in ("pair", "fabric"):  # the peer agent, for the ``peer``/``peers`` fixtures
             peer = ["--peer-command",
                     "exec " + shlex.join([sys.executable, str(PEER_AGENT), "serve"])]
         self.command = [
@@ -179,7 +180,7 @@ class Boot:
             "-m", "kernel",
             f"--rootdir={rootpath}", f"--junitxml={self.junit}", "-rA", *args,
         ]
-        self.qemus = 2 if topology == "pair" else 1  # qemu processes: the pair's peer too
+        self.qemus = QEMUS.get(topology, 1)  # qemu processes: the peers too
         self.done = threading.Event()
         self.lock = threading.Lock()  # run's start against cancel
         self.proc: subprocess.Popen | None = None
@@ -318,7 +319,8 @@ def expected_seconds(boots: list[Boot]) -> dict[Boot, float]:
     on that suite (build/lab/test-times.json); a test never timed (a fresh clone, as CI's)
     counts what such a test took on average in CI: 2.5 s alone, 7 s in a pair (its tests
     wait for TIME_WAIT and the peer), 40 s multihomed (each compares many predictions with
-    the kernel), so that the longest boots start first there too."""
+    the kernel), 120 s in the fabric (four guests' runs of the mesh), so that the longest
+    boots start first there too."""
     try:
         times = json.loads(BOOT_TIMES.read_text())
     except (OSError, ValueError):
@@ -326,7 +328,7 @@ def expected_seconds(boots: list[Boot]) -> dict[Boot, float]:
     expected = {}
     for boot in boots:
         known = times.get(boot.suite, {})
-        guess = {"pair": 7.0, "multihomed": 40.0}.get(boot.topology, 2.5)
+        guess = {"pair": 7.0, "multihomed": 40.0, "fabric": 120.0}.get(boot.topology, 2.5)
         total = 30.0  # the boot, the guest's pytest start
         for nodeid in boot.nodeids:
             seconds = known.get(nodeid, guess)

@@ -233,3 +233,45 @@ def test_the_engine_refuses_a_bad_bound():
     with pytest.raises(ValueError, match="port"):
         mesh.check([], [], port=0)
 
+
+
+def test_same_subnet_pairs_each_rail_with_its_own_segment():
+    r0 = mesh.Rail("eth0", ("10.20.0.4",), "rxe0", 1, ("10.20.0.0/24",))
+    r1 = mesh.Rail("eth1", ("10.21.0.4",), "rxe1", 1, ("10.21.0.0/24",))
+    ts = [mesh.Target(a, a) for a in ("10.20.0.1", "10.21.0.1")] + [mesh.Target("nosuch", None, "no such host")]
+    every = engine.pairs([r0, r1], ts)
+    assert [(r.netdev, t.name) for r, t in every] == [(r.netdev, t.name) for r in (r0, r1) for t in ts]
+    own = [(r.netdev, t.name) for r, t in engine.pairs([r0, r1], ts, same_subnet=True)]
+    assert own == [("eth0", "10.20.0.1"), ("eth0", "nosuch"), ("eth1", "10.21.0.1"), ("eth1", "nosuch")]
+
+
+def _run_file(path, host, cells, targets):
+    rows = list(dict.fromkeys("%s/%s" % (host, c.rail) for c in cells))
+    lines = [{"schema": 1, "cell": c.to_json()} for c in reversed(cells)]  # in the order they ended
+    lines.append({"schema": 1, "summary": {"cells": len(cells), "rows": rows, "targets": targets}, "exit": 1})
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return str(path)
+
+
+def test_merge_keeps_each_runs_order_and_names_the_broken_rail_of_a_target(capsys, tmp_path):
+    """Host y's eth1 is broken (its own cells refused): x's cell to y's eth1 address says so
+    first; y's own failures are not blamed on x; columns in the runs' order, not the
+    order the cells ended."""
+    T = ["10.1.0.1", "10.1.0.2"]
+
+    def c(host, rail, dst, src, outcome, **kw):
+        return Cell(host=host, rail=rail, target=dst, dst=dst, src=src, outcome=outcome, **kw)
+    x = [c("x", "eth1", T[0], T[0], "no-listener", status=8),
+         c("x", "eth1", T[1], T[0], "timeout", detail="no answer to connect", why=["route: fine"])]
+    y = [c("y", "eth1", t, T[1], "refused", status=-19, detail="ENODEV", why=["pre-check: eth1 has no RDMA device"])
+         for t in T]
+    files = [_run_file(tmp_path / "x.json", "x", x, T), _run_file(tmp_path / "y.json", "y", y, T)]
+    code, out, _ = run(capsys, "mesh", "--merge", *files, "--json")
+    got = {(d["host"], d["target"]): d for d in _cells(out)}
+    assert code == 1
+    assert got[("x", T[1])]["why"] == ["the target is y/eth1, whose own run reaches 0 of its 2 targets (refused: "
+                                       "ENODEV; pre-check: eth1 has no RDMA device)", "route: fine"]
+    assert got[("y", T[0])]["why"] == ["pre-check: eth1 has no RDMA device"]  # y reaches nobody: its own fault
+    code, out, _ = run(capsys, "mesh", "--merge", *files)
+    assert out.splitlines()[0].split() == ["rail", *T] and [ln.split()[0] for ln in out.splitlines()[1:3]] == [
+        "x/eth1", "y/eth1"]

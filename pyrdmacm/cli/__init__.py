@@ -244,6 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "which proves the CM path too)" % DEFAULT_PORT)
     ms.add_argument("--timeout", default="2000", metavar="MS", help="each step's timeout in ms (default 2000)")
     ms.add_argument("--concurrency", default="64", metavar="N", help="cells in flight at most (default 64)")
+    ms.add_argument("--same-subnet", action="store_true", help="check each rail against the targets on its own "
+                                                              "subnets only (a rail-optimized fabric: rail k "
+                                                              "reaches rail k of the other nodes)")
     ms.add_argument("--all-addresses", action="store_true", help="check every address a host name has")
     ms.add_argument("-n", "--numeric", action="store_true", help="look up no host names: targets are addresses")
     ms.add_argument("--json", action="store_true", help="JSON Lines: a line per cell as it ends, then the summary "

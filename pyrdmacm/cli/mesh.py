@@ -114,7 +114,8 @@ def cmd_mesh(args: argparse.Namespace) -> int:
             json_line({"error": error_json(e), "exit": EXIT_NODEV})
         return EXIT_NODEV
     done: List[Cell] = []
-    total = len(rails) * len(targets)
+    plan = engine.pairs(rails, targets, args.same_subnet)
+    total = len(plan)
     progress = sys.stderr.isatty() and not args.json
 
     def on_cell(c: Cell) -> None:
@@ -130,7 +131,8 @@ def cmd_mesh(args: argparse.Namespace) -> int:
     started = time.monotonic()
     code: Optional[int] = None
     try:
-        check(rails, targets, port=port, timeout_ms=timeout_ms, concurrency=concurrency, on_cell=on_cell, channel=ch)
+        check(rails, targets, port=port, timeout_ms=timeout_ms, concurrency=concurrency, on_cell=on_cell, channel=ch,
+              same_subnet=args.same_subnet)
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
     finally:
@@ -140,7 +142,7 @@ def cmd_mesh(args: argparse.Namespace) -> int:
     host = done[0].host if done else socket.gethostname()
     by_place = {(c.rail, c.target): c for c in done}
     m = Matrix.of(by_place.get((r.netdev, t.name)) or Cell(host=host, rail=r.netdev, target=t.name, dst=t.address)
-                  for r in rails for t in targets)  # in the plan's order: cells not checked (Ctrl-C) say so
+                  for r, t in plan)  # in the plan's order: cells not checked (Ctrl-C) say so
     if args.json:  # the stream holds the whole matrix: the cells not checked too
         for c in m.cells.values():
             if c.outcome == "not-checked":

@@ -33,12 +33,20 @@ class Rail:
     addresses: Tuple[str, ...]
     device: Optional[str] = None  #: the RDMA device behind it, when one is (None: a rail that cannot work)
     port: Optional[int] = None
+    networks: Tuple[str, ...] = ()  #: the subnets of its addresses (``10.1.0.0/24``), for ``same_subnet``
 
     def source(self, version: int) -> Optional[str]:
         """The rail's first address of IP ``version`` (4 or 6), or None."""
         import ipaddress
 
         return next((a for a in self.addresses if ipaddress.ip_address(a.split("%")[0]).version == version), None)
+
+    def on_subnet(self, address: str) -> bool:
+        """Whether ``address`` lies in one of the rail's subnets (on its own segment)."""
+        import ipaddress
+
+        ip = ipaddress.ip_address(address.split("%")[0])
+        return any(ip in ipaddress.ip_network(n) for n in self.networks)
 
 
 @dataclass(frozen=True)

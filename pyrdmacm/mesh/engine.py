@@ -44,10 +44,20 @@ def rails(names: Optional[Iterable[str]] = None, *, devices: Any = None) -> List
     out = []
     for name in chosen:
         ifaddrs = addrs.get(by_name[name].index, ())
-        shown = tuple(str(a.ip) for a in ifaddrs if a.scope == 0 and a.usable)  # universe: no link-local
+        used = [a for a in ifaddrs if a.scope == 0 and a.usable]  # universe: no link-local
         device, port = behind.get(name, (None, None))
-        out.append(Rail(name, shown, device, port))
+        out.append(Rail(name, tuple(str(a.ip) for a in used), device, port,
+                        tuple(dict.fromkeys(str(a.interface.network) for a in used))))
     return out
+
+
+def pairs(rails: Sequence[Rail], targets: Sequence[Target], same_subnet: bool = False) -> List[Tuple[Rail, Target]]:
+    """The cells a run checks, rows in ``rails``' order and columns in ``targets``': every
+    rail against every target, or with ``same_subnet`` each rail against the targets on its
+    own subnets (a rail-optimized fabric, where rail k of a node reaches rail k of the
+    others; a target that cannot be used stays, so that its cell says why)."""
+    return [(r, t) for r in rails for t in targets
+            if not same_subnet or t.address is None or r.on_subnet(t.address)]
 
 
 def targets(words: Sequence[str], *, all_addresses: bool = False, numeric: bool = False) -> List[Target]:
@@ -180,7 +190,8 @@ async def _cell(ach: Any, cell: Cell, src: str, dst: str, port: int, ps: Any, ti
         except RdmaCmError as e:  # refused at once (EADDRNOTAVAIL, ENETUNREACH, ENODEV ...)
             from ..errors import error_object
 
-            cell.outcome, cell.status = "refused", getattr(e, "errno", None)
+            errno_ = getattr(e, "errno", None)
+            cell.outcome, cell.status = "refused", -errno_ if errno_ else None  # negative, as an event's status
             cell.error = error_object(e, refused=getattr(e, "command", None))
             cell.detail = cell.error["name"] or str(e)
             return
@@ -213,8 +224,10 @@ async def _cell(ach: Any, cell: Cell, src: str, dst: str, port: int, ps: Any, ti
 
 async def check_async(rails: Sequence[Rail], targets: Sequence[Target], *, port: int = 7471, timeout_ms: int = 2000,
                       concurrency: int = 64, ps: str = "tcp", host: Optional[str] = None,
-                      on_cell: Optional[Callable[[Cell], None]] = None, channel: Any = None) -> List[Cell]:
-    """Every rail against every target (rows in ``rails``' order, columns in ``targets``'),
+                      on_cell: Optional[Callable[[Cell], None]] = None, channel: Any = None,
+                      same_subnet: bool = False) -> List[Cell]:
+    """Every rail against every target (rows in ``rails``' order, columns in ``targets``';
+    with ``same_subnet`` just the targets on each rail's own subnets, see :func:`pairs`),
     at most ``concurrency`` cells in flight, through one event channel (``channel``, or a
     new one); ``on_cell`` sees each cell as it ends.  Cells that fail get the pre-check's
     explanation.  Cancelled (Ctrl-C), the cells done so far are returned as they are."""
@@ -231,22 +244,21 @@ async def check_async(rails: Sequence[Rail], targets: Sequence[Target], *, port:
     devs = dev.list_devices()
     cells: List[Cell] = []
     work: List[Tuple[Cell, str, str]] = []
-    for r in rails:
-        for t in targets:
-            c = Cell(host=host, rail=r.netdev, target=t.name, dst=t.address)
-            cells.append(c)
-            if t.address is None:
-                c.outcome, c.detail = "bad-target", t.error
-                continue
-            version = ipaddress.ip_address(t.address.split("%")[0]).version
-            src = r.source(version)
-            c.src = src
-            if src is None:
-                c.outcome = "no-source"
-                c.detail = "rail %s has no IPv%d address%s" % (r.netdev, version, "" if r.addresses else
-                                                               " (it has no address at all)")
-                continue
-            work.append((c, src, t.address))
+    for r, t in pairs(rails, targets, same_subnet):
+        c = Cell(host=host, rail=r.netdev, target=t.name, dst=t.address)
+        cells.append(c)
+        if t.address is None:
+            c.outcome, c.detail = "bad-target", t.error
+            continue
+        version = ipaddress.ip_address(t.address.split("%")[0]).version
+        src = r.source(version)
+        c.src = src
+        if src is None:
+            c.outcome = "no-source"
+            c.detail = "rail %s has no IPv%d address%s" % (r.netdev, version, "" if r.addresses else
+                                                           " (it has no address at all)")
+            continue
+        work.append((c, src, t.address))
     for c in cells:
         if c.dst is None or c.src is None:
             if on_cell is not None:

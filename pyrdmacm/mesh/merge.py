@@ -42,10 +42,11 @@ class Matrix:
         return [c for c in self.cells.values() if not c.ok]
 
 
-def read_cells(lines: Iterable[str], source: str = "input") -> List[Cell]:
+def read_cells(lines: Iterable[str], source: str = "input", order: "Matrix | None" = None) -> List[Cell]:
     """The cells of a run's JSON Lines output (``pyrdmacm mesh --json``): lines with a
-    ``cell`` are taken, the others (the summary) skipped.  ValueError naming the source and
-    the line for anything that is not such output."""
+    ``cell`` are taken; the summary's rows and targets, in the run's own order, go into
+    ``order`` when given (the cells come in the order they ended).  ValueError naming the
+    source and the line for anything that is not such output."""
     out = []
     for n, line in enumerate(lines, 1):
         line = line.strip()
@@ -62,6 +63,13 @@ def read_cells(lines: Iterable[str], source: str = "input") -> List[Cell]:
         if record.get("schema") != 1:
             raise ValueError("%s line %d has schema %r; this pyrdmacm reads schema 1" % (source, n,
                                                                                          record.get("schema")))
+        summary = record.get("summary")
+        if order is not None and isinstance(summary, dict):
+            for row in summary.get("rows") or ():
+                host, _, rail = str(row).rpartition("/")
+                if host and (host, rail) not in order.rows:
+                    order.rows.append((host, rail))
+            order.columns.extend(str(t) for t in summary.get("targets") or () if str(t) not in order.columns)
         if "cell" not in record:
             continue
         try:
@@ -73,13 +81,46 @@ def read_cells(lines: Iterable[str], source: str = "input") -> List[Cell]:
 
 def merge(paths: Iterable[str]) -> Matrix:
     """One matrix of the runs saved in ``paths`` (each a run's ``--json`` output, one per
-    host); OSError or ValueError naming the file that cannot be read."""
+    host), failed cells explained by the runs of the hosts they aimed at (:func:`explain`);
+    OSError or ValueError naming the file that cannot be read."""
     m = Matrix()
     for p in paths:
         with open(p) as f:
-            cells = read_cells(f, p)
+            cells = read_cells(f, p, order=m)
         if not cells:
             raise ValueError("%s holds no cells: give the output of `pyrdmacm mesh --json`" % p)
         for c in cells:
             m.add(c)
+    m.rows = [r for r in m.rows if any(k[:2] == r for k in m.cells)]  # a summary's row with no cell: none
+    m.columns = [t for t in m.columns if any(k[2] == t for k in m.cells)]
+    explain(m)
     return m
+
+
+def explain(m: Matrix) -> None:
+    """Put first in the explanation of each failed cell whose target is another row's
+    source (another host's rail) what that rail's own run found: a target that answers
+    nobody because its own rail is broken then says so."""
+    rows: Dict[str, Tuple[str, str]] = {}
+    cells_of: Dict[Tuple[str, str], List[Cell]] = {}
+    for c in m.cells.values():
+        cells_of.setdefault((c.host, c.rail), []).append(c)
+        if c.src:
+            rows.setdefault(c.src.split("%")[0], (c.host, c.rail))
+    said: Dict[Tuple[str, str], str] = {}  # what each row's run found, before any line is added
+    for row, theirs in cells_of.items():
+        bad = [d for d in theirs if not d.ok]
+        said[row] = "%s/%s, whose own run reaches %d of its %d targets" % (
+            row[0], row[1], len(theirs) - len(bad), len(theirs))
+        if bad:
+            said[row] += " (%s%s%s)" % (bad[0].outcome, ": " + bad[0].detail if bad[0].detail else "",
+                                        "; " + bad[0].why[0].strip() if bad[0].why else "")
+    for c in m.failed:
+        owner = rows.get((c.dst or "").split("%")[0])
+        if owner is None or owner == (c.host, c.rail) or all(d.ok for d in cells_of[owner]):
+            continue  # no row of the target's, or it works: nothing to add
+        if not any(d.ok for d in cells_of[(c.host, c.rail)]):
+            continue  # this row reaches nobody: the fault is here, its own explanation says why
+        line = "the target is " + said[owner]
+        if line not in c.why:
+            c.why.insert(0, line)

@@ -215,8 +215,8 @@ class Device:
 
 def _read(path: str) -> Optional[str]:
     try:
-        with open(path) as f:
-            return f.read().strip()
+        with open(path, "rb", buffering=0) as f:  # unbuffered bytes: a GID table is 1,024 such files a port
+            return f.read().decode().strip()
     except (OSError, UnicodeDecodeError):
         return None
 
@@ -271,8 +271,8 @@ def _read_gids(port_dir: str, link_layer: LinkLayer) -> Tuple[Gid, ...]:
     out = []
     for n in sorted(names, key=int):
         text = _read(os.path.join(gid_dir, n))
-        if not text:
-            continue
+        if not text or not text.strip("0:"):
+            continue  # an unused entry (all zeros), known without parsing it
         try:
             gid = ipaddress.IPv6Address(text)
         except ValueError:

@@ -34,9 +34,9 @@ def on_b(fabric, monkeypatch):
     host_a = fabric.host(A)  # on the fabric: it answers ARP, and its CM answers REQs
     host_b = fabric.host(B)
     monkeypatch.setattr(conn, "_open_channel", lambda: EventChannel(host_b()))
-    monkeypatch.setattr(engine, "rails", lambda names=None: [mesh.Rail("eth0", (B,), "fake0", 1)]
+    monkeypatch.setattr(engine, "rails", lambda names=None, devices=None: [mesh.Rail("eth0", (B,), "fake0", 1)]
                         if names in (None, ["eth0"]) else (_ for _ in ()).throw(ValueError("no netdev %s" % names)))
-    monkeypatch.setattr(engine, "_why", lambda dst, src: ["explained: %s from %s" % (dst, src)])
+    monkeypatch.setattr(engine, "_why", lambda dst, src, devs=None: ["explained: %s from %s" % (dst, src)])
     return host_a, host_b
 
 

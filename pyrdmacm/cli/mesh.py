@@ -78,6 +78,7 @@ def _merge(args: argparse.Namespace) -> int:
 
 
 def cmd_mesh(args: argparse.Namespace) -> int:
+    from ..devices import list_devices
     from ..errors import DeviceNodeError
     from ..mesh import Cell, Matrix, check, engine
 
@@ -95,7 +96,8 @@ def cmd_mesh(args: argparse.Namespace) -> int:
         if names == []:
             raise _BadInput("--rails takes netdev names separated by commas, or all")
         try:
-            rails = engine.rails(names)
+            devs = list_devices()  # once: a Soft-RoCE port's GID table is 1,024 files
+            rails = engine.rails(names, devices=devs)
             targets = engine.targets(words, all_addresses=args.all_addresses, numeric=args.numeric)
         except ValueError as e:
             raise _BadInput(str(e)) from None
@@ -132,7 +134,7 @@ def cmd_mesh(args: argparse.Namespace) -> int:
     code: Optional[int] = None
     try:
         check(rails, targets, port=port, timeout_ms=timeout_ms, concurrency=concurrency, on_cell=on_cell, channel=ch,
-              same_subnet=args.same_subnet)
+              same_subnet=args.same_subnet, devices=devs)
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
     finally:

@@ -89,9 +89,11 @@ class Cell:
         return OUTCOMES[self.outcome][0]
 
     def to_json(self) -> Dict[str, Any]:
-        from dataclasses import asdict
+        """The cell as a JSON object (its lists and dicts shared, not copied: asdict's deep
+        copy was a tenth of a 1,000-cell run's time)."""
+        from dataclasses import fields
 
-        out = asdict(self)
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["ok"] = self.ok
         return out
 

@@ -122,7 +122,7 @@ def _gid_entry(devs: Any, device: Optional[str], port: Optional[int], sgid: Any)
     return found[0] if found else (None, None)
 
 
-def _why(dst: str, src: Optional[str]) -> List[str]:
+def _why(dst: str, src: Optional[str], devs: Any = None) -> List[str]:
     """The pre-check's explanation for a cell that failed: what is missing, the warnings,
     then its reasoning (the lookup, the route, the source, the device, the neighbour)."""
     from .. import precheck
@@ -130,7 +130,7 @@ def _why(dst: str, src: Optional[str]) -> List[str]:
     from ..errors import PrecheckError, RdmaCmError
 
     try:
-        p = precheck.predict(parse_address(dst), parse_address(src) if src else None, check_node=False)
+        p = precheck.predict(parse_address(dst), parse_address(src) if src else None, check_node=False, devices=devs)
     except PrecheckError as e:
         made = getattr(e, "prediction", None)  # what was predicted up to the refusal
         return ["pre-check: %s" % e] + (["  " + r for r in made.reasoning] if made is not None else [])
@@ -225,12 +225,13 @@ async def _cell(ach: Any, cell: Cell, src: str, dst: str, port: int, ps: Any, ti
 async def check_async(rails: Sequence[Rail], targets: Sequence[Target], *, port: int = 7471, timeout_ms: int = 2000,
                       concurrency: int = 64, ps: str = "tcp", host: Optional[str] = None,
                       on_cell: Optional[Callable[[Cell], None]] = None, channel: Any = None,
-                      same_subnet: bool = False) -> List[Cell]:
+                      same_subnet: bool = False, devices: Any = None) -> List[Cell]:
     """Every rail against every target (rows in ``rails``' order, columns in ``targets``';
     with ``same_subnet`` just the targets on each rail's own subnets, see :func:`pairs`),
     at most ``concurrency`` cells in flight, through one event channel (``channel``, or a
     new one); ``on_cell`` sees each cell as it ends.  Cells that fail get the pre-check's
-    explanation.  Cancelled (Ctrl-C), the cells done so far are returned as they are."""
+    explanation.  Cancelled (Ctrl-C), the cells done so far are returned as they are.
+    ``devices``: the RDMA devices as :func:`rails` was given them (default: read now)."""
     from .. import devices as dev
     from ..abi import PortSpace
     from ..aio import AsyncChannel
@@ -241,7 +242,7 @@ async def check_async(rails: Sequence[Rail], targets: Sequence[Target], *, port:
         raise ValueError("port must be 1..65535, got %d" % port)
     pspace = {"tcp": PortSpace.TCP, "ib": PortSpace.IB}[ps]
     host = host or socket.gethostname()
-    devs = dev.list_devices()
+    devs = dev.list_devices() if devices is None else list(devices)
     cells: List[Cell] = []
     work: List[Tuple[Cell, str, str]] = []
     for r, t in pairs(rails, targets, same_subnet):
@@ -264,26 +265,38 @@ async def check_async(rails: Sequence[Rail], targets: Sequence[Target], *, port:
             if on_cell is not None:
                 on_cell(c)
     gate = asyncio.Semaphore(concurrency)
+    # The failed cells are explained in one thread of their own (pyroute2 runs a loop of its
+    # own), through one routing socket and links dump for the whole run (a netlink session
+    # open in that thread from its start to the end of the run), with the devices read once.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .._netlink_route import session
+
+    explainer = ThreadPoolExecutor(1, thread_name_prefix="mesh-why", initializer=session().__enter__)
 
     async def one(c: Cell, src: str, dst: str) -> None:
         async with gate:
             try:
                 await _cell(ach, c, src, dst, port, pspace, timeout_ms, devs)
-                if not c.ok:  # the pre-check asks the routing tables (pyroute2 runs a loop of its own: a thread)
-                    c.why = await asyncio.get_running_loop().run_in_executor(None, _why, dst, src)
+                if not c.ok:
+                    c.why = await asyncio.get_running_loop().run_in_executor(explainer, _why, dst, src, devs)
             finally:
                 if on_cell is not None:
                     on_cell(c)
 
-    async with AsyncChannel(channel) as ach:
-        tasks = [asyncio.ensure_future(one(c, s, d)) for c, s, d in work]
-        try:
-            await asyncio.gather(*tasks)
-        except asyncio.CancelledError:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
+    try:
+        async with AsyncChannel(channel) as ach:
+            tasks = [asyncio.ensure_future(one(c, s, d)) for c, s, d in work]
+            try:
+                await asyncio.gather(*tasks)
+            except asyncio.CancelledError:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
+    finally:
+        explainer.submit(session().__exit__, None, None, None)  # closes the thread's routing socket
+        explainer.shutdown(wait=True)
     return cells
 
 

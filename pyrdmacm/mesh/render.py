@@ -80,10 +80,11 @@ def svg(m: Matrix, title: str = "pyrdmacm mesh") -> str:
     the details), the rails down the side, the targets along the top, a legend below."""
     cell_px, gap = 28, 2
     names = [_row_name(m, r) for r in m.rows]
-    left = 12 + 7 * max([4] + [len(n) for n in names])
+    left = 16 + 8 * max([4] + [len(n) for n in names])
     top = 40 + 7 * max([4] + [len(c) for c in m.columns])
-    width = max(left + len(m.columns) * (cell_px + gap) + 20, 520)
     used = [o for o in OUTCOMES if any(c.outcome == o for c in m.cells.values())]
+    legend_px = 40 + 8 * max([0] + [len("%s: %s" % (o, OUTCOMES[o][1])) for o in used])  # 12 px monospace: under 8 px a character
+    width = max(left + len(m.columns) * (cell_px + gap) + 20, legend_px, 520)
     height = top + len(m.rows) * (cell_px + gap) + 30 + 18 * len(used)
     cells = list(m.cells.values())
     ok = sum(1 for c in cells if c.ok)

@@ -79,4 +79,6 @@ def test_the_merged_matrix_holds_exactly_the_broken_rail_with_its_reasons(peers,
                                                                                      *HOSTS[:3]) for r in (0, 1)]
     assert "32 cells: 25 reach the far CM, 7 do not" in table.stdout
     assert svg.read_text().count("<rect") > 32
-    shutil.copy(svg, os.path.join(os.environ.get("LAB_OUT", str(tmp_path)), "fabric.svg"))
+    keep = os.environ.get("LAB_OUT", str(tmp_path))  # the picture and the runs, on the host too
+    for f in [str(svg), *files]:
+        shutil.copy(f, keep)

@@ -402,6 +402,11 @@ def init_qp_outcomes(me: IdModel, w: World, qp_state: int) -> Result:
     err = refused(me, w, C.INIT_QP_ATTR)  # ucma_get_ctx_dev
     if err:
         return [(err, w)]
+    if me.ud and me.ps == PS.IPOIB:
+        # found by the fuzzer (7.2, a model bug): cma_ib_init_qp_attr sets a UD id's qkey, which
+        # for PS_IPOIB is the IPoIB broadcast group's (cma_set_qkey -> ib_sa_get_mcmember_rec);
+        # on RoCE the SA's multicast client holds no data for the device: ENODEV
+        return [(errno.ENODEV, w)]
     if w.cm and not me.ud:
         # ib_cm_init_qp_attr rules by the IB CM's state: INIT while the REQ is out, else EINVAL
         if w.cm == "req" and qp_state == 1:

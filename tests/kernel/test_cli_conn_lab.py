@@ -219,7 +219,11 @@ def test_decode_a_whole_rping_trace(peer, tmp_path):
     traced = subprocess.run(["strace", "-f", "-xx", "-s", "4096", "-e", "trace=write", "-P", "/dev/infiniband/rdma_cm",
                              "-o", str(trace), "rping", "-c", "-a", peer.address, "-C", "1", "-v"],
                             capture_output=True, text=True, timeout=60)
-    assert traced.returncode == 0, traced.stdout + traced.stderr
+    # rping's own teardown race (seen once in CI on 5.10): its cm thread reads the channel the
+    # main thread has just destroyed, prints "rdma_get_cm_event: Bad file descriptor" and
+    # rping exits 255, after the ping and the disconnect went through; the trace is whole
+    raced = traced.stderr.strip().endswith("rdma_get_cm_event: Bad file descriptor")
+    assert traced.returncode == 0 or (raced and "ping data" in traced.stdout), traced.stdout + traced.stderr
     code, sout, serr = server.wait(20)
     assert code == 0, sout + serr
     text = trace.read_text()

@@ -128,3 +128,25 @@ def test_replay_init_qp_attr_of_a_listener_on_a_device(ps, qp, answer):
         assert m.script[-1].endswith("-> %s" % answer), m.script[-1]
     finally:
         m.teardown()
+
+
+@pytest.mark.parametrize("legacy", [True, False])
+def test_replay_init_qp_attr_of_an_ipoib_id_on_roce_is_enodev(legacy):
+    """Found by a 4-minute campaign on 7.2 (tools/fuzz --kernel sid --minutes 4 --seed
+    20261202; a model bug): a PS_IPOIB/UD id resolved to the any address (cma_resolve_loopback
+    binds a RoCE device) answers INIT_QP_ATTR with ENODEV: its qkey would be the IPoIB
+    broadcast group's, which the SA's multicast client cannot give for a RoCE port."""
+    m = _machine()
+    try:
+        d = _Data()
+        m.create_id(_Data(0), ucma_model.PS.IPOIB, ucma_model.QP.UD)
+        h = m.ids[0]
+        for step in (lambda: m.resolve_addr(d, "any", None, None, 2000, legacy),
+                     lambda: m.get_event(d, 336, 1.0, ch=0),
+                     lambda: m.init_qp_attr(d, 1, 144),
+                     lambda: m.init_qp_attr(d, 2, 144)):
+            _step(m, h, step)
+        assert m.script[-1].endswith("-> ENODEV"), m.script[-1]
+        assert {w.state for w in h.worlds} == {ucma_model.S.ADDR_RESOLVED}, ucma_model._states(h)
+    finally:
+        m.teardown()

@@ -134,12 +134,15 @@ def run_mesh(targets: dict, concurrency: int) -> dict:
     argv = [sys.executable, "-m", "pyrdmacm", "mesh", "--rails", "eth0,eth1", "--same-subnet", "--json", "-n",
             "--timeout", "5000", "--port", str(PORT), "--concurrency", str(concurrency), *words]
     started = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out_f, err_f = proc.stdout, proc.stderr
-    out, err = out_f.read(), err_f.read()  # type: ignore[union-attr]
-    _pid, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.monotonic() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    with tempfile.TemporaryFile("w+") as errf:  # a file, not a pipe: stdout is read to its end first
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errf, text=True)
+        out = proc.stdout.read()  # type: ignore[union-attr]
+        _pid, status, usage = os.wait4(proc.pid, 0)  # reaped here, with its peak RSS
+        seconds = time.monotonic() - started
+        errf.seek(0)
+        err = errf.read()
+    code = proc.returncode = os.waitstatus_to_exitcode(status)  # Popen knows it is reaped
+    proc.stdout.close()  # type: ignore[union-attr]
     cells = [r["cell"] for r in map(json.loads, out.splitlines()) if "cell" in r]
     good = sum(1 for c in cells if c["outcome"] == "no-listener")
     failed = {}
@@ -154,7 +157,7 @@ def run_mesh(targets: dict, concurrency: int) -> dict:
         failed["traceback"] = 1
         say(err[-2000:])
     return {"seconds": seconds, "cells": len(words), "ok": good, "failed": failed, "rss_kib": usage.ru_maxrss,
-            "exit": proc.returncode}
+            "exit": code}
 
 
 def run_loop(targets: dict) -> dict:

@@ -91,8 +91,9 @@ def merge(paths: Iterable[str]) -> Matrix:
             raise ValueError("%s holds no cells: give the output of `pyrdmacm mesh --json`" % p)
         for c in cells:
             m.add(c)
-    m.rows = [r for r in m.rows if any(k[:2] == r for k in m.cells)]  # a summary's row with no cell: none
-    m.columns = [t for t in m.columns if any(k[2] == t for k in m.cells)]
+    rows, columns = {k[:2] for k in m.cells}, {k[2] for k in m.cells}
+    m.rows = [r for r in m.rows if r in rows]  # a summary's row or target with no cell: none
+    m.columns = [t for t in m.columns if t in columns]
     explain(m)
     return m
 

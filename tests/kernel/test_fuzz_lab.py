@@ -8,6 +8,7 @@ A failure's message is the shrunk sequence as a runnable script of Raw calls.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -40,11 +41,23 @@ def test_bounded_campaign():
     assert stats["commands"] > EXAMPLES * 3, "the campaign ran almost nothing: %s" % stats
 
 
-def _step(m, h, step):
-    """One step of a replay on id ``h`` of channel 0, then the kernel checked against the model."""
-    m._forced = (0, h.handle, h)
-    step()
-    m.kernel_agrees()
+@contextlib.contextmanager
+def _replayed(ps, qp, *steps):
+    """A replay: a fresh machine, one id of port space ``ps`` and QP type ``qp`` on channel 0,
+    each step (called with the machine and a data stand-in) on it, the kernel checked against
+    the model after each; then the machine and the id, for the replay's own checks."""
+    m = _machine()
+    try:
+        d = _Data()
+        m.create_id(_Data(0), ps, qp)
+        h = m.ids[0]
+        for step in steps:
+            m._forced = (0, h.handle, h)
+            step(m, d)
+            m.kernel_agrees()
+        yield m, h
+    finally:
+        m.teardown()
 
 
 def _machine():
@@ -69,45 +82,31 @@ class _Data:
 def test_replay_a_connect_refused_then_the_answers_of_a_failed_id():
     """CONNECT to a port nobody listens on: REJECTED 8, and the id (the kernel's CONNECT)
     answers every call but destroy as the model says."""
-    m = _machine()
-    try:
-        d = _Data()
-        m.create_id(_Data(0), ucma_model.PS.TCP, ucma_model.QP.RC)
-        h = m.ids[0]
-        for step in (lambda: m.resolve_addr(d, "local", None, None, 2000, False),
-                     lambda: m.get_event(d, 336, 1.0, ch=0),
-                     lambda: m.resolve_route(d, 1000),
-                     lambda: m.get_event(d, 336, 1.0, ch=0),
-                     lambda: m.connect(d, 1, 0, 0),
-                     lambda: m.get_event(d, 336, 2.0, ch=0),
-                     lambda: m.connect(d, 1, 0, 0),
-                     lambda: m.reject(d, 0, 0),
-                     lambda: m.disconnect(d),
-                     lambda: m.init_qp_attr(d, 1, 144)):
-            _step(m, h, step)
+    with _replayed(ucma_model.PS.TCP, ucma_model.QP.RC,
+                   lambda m, d: m.resolve_addr(d, "local", None, None, 2000, False),
+                   lambda m, d: m.get_event(d, 336, 1.0, ch=0),
+                   lambda m, d: m.resolve_route(d, 1000),
+                   lambda m, d: m.get_event(d, 336, 1.0, ch=0),
+                   lambda m, d: m.connect(d, 1, 0, 0),
+                   lambda m, d: m.get_event(d, 336, 2.0, ch=0),
+                   lambda m, d: m.connect(d, 1, 0, 0),
+                   lambda m, d: m.reject(d, 0, 0),
+                   lambda m, d: m.disconnect(d),
+                   lambda m, d: m.init_qp_attr(d, 1, 144)) as (m, h):
         assert {w.state for w in h.worlds} == {ucma_model.S.FAILED}, ucma_model._states(h)
-    finally:
-        m.teardown()
 
 
 def test_replay_route_of_an_id_resolved_to_the_any_address_is_enodev():
     """Found by the campaign on 6.1 (seed 1405; a model bug): RESOLVE_ADDR to 0.0.0.0 is
     cma_resolve_loopback, which binds no netdev; RoCE's cma_resolve_iboe_route then finds
     none and RESOLVE_ROUTE answers ENODEV, the id back in ADDR_RESOLVED."""
-    m = _machine()
-    try:
-        d = _Data()
-        m.create_id(_Data(0), ucma_model.PS.TCP, ucma_model.QP.RC)
-        h = m.ids[0]
-        for step in (lambda: m.resolve_addr(d, "any", None, None, 2000, False),
-                     lambda: m.get_event(d, 336, 1.0, ch=0),
-                     lambda: m.resolve_route(d, 1000),
-                     lambda: m.resolve_route(d, 1000)):
-            _step(m, h, step)
+    with _replayed(ucma_model.PS.TCP, ucma_model.QP.RC,
+                   lambda m, d: m.resolve_addr(d, "any", None, None, 2000, False),
+                   lambda m, d: m.get_event(d, 336, 1.0, ch=0),
+                   lambda m, d: m.resolve_route(d, 1000),
+                   lambda m, d: m.resolve_route(d, 1000)) as (m, h):
         assert "ENODEV" in m.script[-1], m.script[-1]
         assert {w.state for w in h.worlds} == {ucma_model.S.ADDR_RESOLVED}, ucma_model._states(h)
-    finally:
-        m.teardown()
 
 
 @pytest.mark.parametrize("ps,qp,answer", [(ucma_model.PS.TCP, ucma_model.QP.RC, "EINVAL"),
@@ -116,18 +115,11 @@ def test_replay_init_qp_attr_of_a_listener_on_a_device(ps, qp, answer):
     """Found by CI's campaign on 5.10 (seed 713683268; a model bug, the same on 6.1): a
     connected listener bound to a device holds an IB CM listen id, and ib_cm_init_qp_attr
     refuses every QP state there; a datagram listener answers as a bound id does."""
-    m = _machine()
-    try:
-        d = _Data()
-        m.create_id(_Data(0), ps, qp)
-        h = m.ids[0]
-        for step in (lambda: m.bind(d, "local", None, False),
-                     lambda: m.listen(d, 1),
-                     lambda: m.init_qp_attr(d, 1, 144)):
-            _step(m, h, step)
+    with _replayed(ps, qp,
+                   lambda m, d: m.bind(d, "local", None, False),
+                   lambda m, d: m.listen(d, 1),
+                   lambda m, d: m.init_qp_attr(d, 1, 144)) as (m, h):
         assert m.script[-1].endswith("-> %s" % answer), m.script[-1]
-    finally:
-        m.teardown()
 
 
 @pytest.mark.parametrize("legacy", [True, False])
@@ -136,17 +128,10 @@ def test_replay_init_qp_attr_of_an_ipoib_id_on_roce_is_enodev(legacy):
     20261202; a model bug): a PS_IPOIB/UD id resolved to the any address (cma_resolve_loopback
     binds a RoCE device) answers INIT_QP_ATTR with ENODEV: its qkey would be the IPoIB
     broadcast group's, which the SA's multicast client cannot give for a RoCE port."""
-    m = _machine()
-    try:
-        d = _Data()
-        m.create_id(_Data(0), ucma_model.PS.IPOIB, ucma_model.QP.UD)
-        h = m.ids[0]
-        for step in (lambda: m.resolve_addr(d, "any", None, None, 2000, legacy),
-                     lambda: m.get_event(d, 336, 1.0, ch=0),
-                     lambda: m.init_qp_attr(d, 1, 144),
-                     lambda: m.init_qp_attr(d, 2, 144)):
-            _step(m, h, step)
+    with _replayed(ucma_model.PS.IPOIB, ucma_model.QP.UD,
+                   lambda m, d: m.resolve_addr(d, "any", None, None, 2000, legacy),
+                   lambda m, d: m.get_event(d, 336, 1.0, ch=0),
+                   lambda m, d: m.init_qp_attr(d, 1, 144),
+                   lambda m, d: m.init_qp_attr(d, 2, 144)) as (m, h):
         assert m.script[-1].endswith("-> ENODEV"), m.script[-1]
         assert {w.state for w in h.worlds} == {ucma_model.S.ADDR_RESOLVED}, ucma_model._states(h)
-    finally:
-        m.teardown()

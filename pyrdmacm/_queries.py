@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, TypeVar
 
 from . import abi, wire
 from .addr import AF_IB, Address
@@ -19,6 +19,7 @@ from .errors import KernelError, StateError
 from .state import Life, State
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .devices import Device
     from .records import AddrInfo, DeviceRef, PathRecord, ServiceRecord
 
 __all__ = ["Queries"]
@@ -26,6 +27,19 @@ __all__ = ["Queries"]
 _CMD = wire.COMMAND
 _DESTROYED = State.DESTROYED
 _R = TypeVar("_R")
+
+
+def _known_device(devices: Iterable["Device"], index: Optional[int], node_guid: int) -> Optional[Tuple[str, int]]:
+    """(name, index) of the one device of ``devices`` the kernel's index (when it sends one)
+    or else node GUID names, None when not exactly one does."""
+    if index is not None and index >= 0:
+        found = [d for d in devices if d.index == index and (not node_guid or not d.node_guid or d.node_guid == node_guid)]
+    else:
+        found = [d for d in devices if node_guid and d.node_guid == node_guid]
+    if len(found) != 1:
+        return None
+    d = found[0]
+    return d.name, (index if index is not None else d.index)
 
 
 class Queries(Life):
@@ -66,8 +80,12 @@ class Queries(Life):
                       dst=self._peer())
             return decode(buf.view)
 
-    def query_addr(self) -> AddrInfo:
-        """QUERY ADDR (QUERY_ROUTE on old kernels): source, destination, device, port, pkey."""
+    def query_addr(self, devices: Optional[Iterable["Device"]] = None) -> AddrInfo:
+        """QUERY ADDR (QUERY_ROUTE on old kernels): source, destination, device, port, pkey.
+
+        The kernel names the device by index and node GUID; ``devices`` (a list read once,
+        :func:`~pyrdmacm.list_devices`) names it without reading sysfs again, for a program
+        that asks for many ids.  A device not in the list is looked up as without it."""
         self._alive("query_addr")
         cache = self._answers()
         if cache[0] is not None:
@@ -81,7 +99,8 @@ class Queries(Life):
 
         device = None
         if r.node_guid or (r.ibdev_index is not None and r.port_num):
-            name, index = ch._t.identify_device(r.ibdev_index, r.node_guid)
+            known = _known_device(devices, r.ibdev_index, r.node_guid) if devices is not None else None
+            name, index = known or ch._t.identify_device(r.ibdev_index, r.node_guid)
             device = DeviceRef(name, index, r.node_guid)
         info = AddrInfo(r.src, r.dst, device, r.port_num, r.pkey)
         cache[0] = info  # into the list taken before asking: an event meanwhile dropped it

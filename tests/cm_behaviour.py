@@ -76,6 +76,29 @@ def test_resolve_own_address(world: World):
         assert cm.destroy() == 1
 
 
+def test_query_addr_names_the_device_from_a_list_given(world: World):
+    """``query_addr(devices=...)`` names the kernel's device from a list read before (the
+    fabric check asks for a thousand ids); a device not in the list is looked up as without."""
+    from dataclasses import replace
+
+    from pyrdmacm.devices import Device
+
+    with world.channel() as ch:
+        ids = [CmId(ch) for _ in range(3)]
+        for cm in ids:
+            cm.resolve_addr(world.local, timeout_ms=2000)
+            wait(ch).ack()
+        plain = ids[0].query_addr().device
+        assert plain is not None and plain.name == world.device
+        listed = Device(index=plain.index, name="listed-%s" % plain.name, node_guid=plain.node_guid,
+                        node_type=None, ports=())
+        assert ids[1].query_addr(devices=[listed]).device.name == "listed-%s" % world.device
+        other = replace(listed, index=None if plain.index is None else plain.index + 7, node_guid=plain.node_guid ^ 1)
+        assert ids[2].query_addr(devices=[other]).device.name == world.device  # not in the list
+        for cm in ids:
+            cm.destroy()
+
+
 def test_resolve_peer_then_route(world: World):
     with world.channel() as ch:
         cm = CmId(ch)

@@ -129,9 +129,10 @@ def wait_ready(timeout: float = 900.0) -> None:
                 time.sleep(0.5)
 
 
-def run_mesh(targets: dict, concurrency: int) -> dict:
+def run_mesh(targets: dict, concurrency: int, profile: str | None = None) -> dict:
     words = [a for addrs in targets.values() for a in addrs]
-    argv = [sys.executable, "-m", "pyrdmacm", "mesh", "--rails", "eth0,eth1", "--same-subnet", "--json", "-n",
+    runner = ["-m", "cProfile", "-o", profile] if profile else []
+    argv = [sys.executable, *runner, "-m", "pyrdmacm", "mesh", "--rails", "eth0,eth1", "--same-subnet", "--json", "-n",
             "--timeout", "5000", "--port", str(PORT), "--concurrency", str(concurrency), *words]
     started = time.monotonic()
     with tempfile.TemporaryFile("w+") as errf:  # a file, not a pipe: stdout is read to its end first
@@ -157,7 +158,7 @@ def run_mesh(targets: dict, concurrency: int) -> dict:
         failed["traceback"] = 1
         say(err[-2000:])
     return {"seconds": seconds, "cells": len(words), "ok": good, "failed": failed, "rss_kib": usage.ru_maxrss,
-            "exit": code}
+            "user_s": round(usage.ru_utime, 3), "sys_s": round(usage.ru_stime, 3), "exit": code}
 
 
 def run_loop(targets: dict) -> dict:
@@ -195,9 +196,23 @@ def guest(args: argparse.Namespace) -> int:
                 time.sleep(args.settle)
                 got = run_mesh(targets, args.concurrency) if kind == "mesh" else run_loop(targets)
                 runs.setdefault("%s/%d" % (kind, n), []).append(got)
-                say("round %d, N=%d, %s: %.2f s, %d of %d cells REJ 8%s" % (
-                    r + 1, n, kind, got["seconds"], got["ok"], got["cells"],
+                say("round %d, N=%d, %s: %.2f s%s, %d of %d cells REJ 8%s" % (
+                    r + 1, n, kind, got["seconds"],
+                    " (user %.2f, sys %.2f)" % (got["user_s"], got["sys_s"]) if "user_s" in got else "",
+                    got["ok"], got["cells"],
                     ", failed %s" % got["failed"] if got["failed"] else ""))
+    if args.profile:  # one more run of the largest N under cProfile: where a cell's time goes
+        import pstats
+
+        stats = str(Path(args.json).with_suffix(".prof"))
+        sh("ip", "neigh", "flush", "all")
+        time.sleep(args.settle)
+        got = run_mesh(aliases(max(ns)), args.concurrency, profile=stats)
+        say("profiled run, N=%d: %.2f s (user %.2f, sys %.2f), %d of %d cells REJ 8" % (
+            max(ns), got["seconds"], got["user_s"], got["sys_s"], got["ok"], got["cells"]))
+        with open(Path(args.json).with_suffix(".prof.txt"), "w") as f:
+            pstats.Stats(stats, stream=f).sort_stats("tottime").print_stats(45)
+            pstats.Stats(stats, stream=f).sort_stats("cumulative").print_stats(45)
     result = {"phase": "mesh", "kernel": os.uname().release, "lab": os.environ.get("PYRDMACM_LAB", ""),
               "runs": args.runs, "concurrency": args.concurrency, "ns": ns, "raw": runs}
     result["summary"] = summarise(runs, ns)
@@ -269,7 +284,8 @@ def host(args: argparse.Namespace) -> int:
            "--timeout", str(args.lab_timeout), "--out", str(out),
            "--peer-command", "%s %s --peer %d" % (python, me, max(args.ns)), "--",
            python, me, "--guest", "--n", args.n, "--runs", str(args.runs), "--loop-max", str(args.loop_max),
-           "--concurrency", str(args.concurrency), "--settle", str(args.settle), "--json", str(guest_json)]
+           "--concurrency", str(args.concurrency), "--settle", str(args.settle), "--json", str(guest_json),
+           *(["--profile"] if args.profile else [])]
     say("booting the kernel lab (%s, fabric): results in %s" % (args.kernel, out))
     code = subprocess.run(cmd).returncode
     if not guest_json.exists():
@@ -294,6 +310,8 @@ def main(argv: list) -> int:
     ap.add_argument("--json", metavar="FILE")
     ap.add_argument("--from", dest="from_json", metavar="FILE", help="print a saved --json result")
     ap.add_argument("--lab-timeout", type=float, default=5400)
+    ap.add_argument("--profile", action="store_true", help="then one run of the largest N under cProfile: "
+                    "its statistics beside the --json file (.prof, .prof.txt)")
     ap.add_argument("--peer", type=int, metavar="N", help=argparse.SUPPRESS)
     ap.add_argument("--guest", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

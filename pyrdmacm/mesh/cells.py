@@ -34,19 +34,32 @@ class Rail:
     device: Optional[str] = None  #: the RDMA device behind it, when one is (None: a rail that cannot work)
     port: Optional[int] = None
     networks: Tuple[str, ...] = ()  #: the subnets of its addresses (``10.1.0.0/24``), for ``same_subnet``
+    #: the subnets and the first address of each IP version, parsed once (a run asks for
+    #: every rail and target: parsed per pair, they were a fifth of a 1,000-cell run)
+    _nets: Tuple[Any, ...] = field(init=False, repr=False, compare=False)
+    _sources: Dict[int, str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        import ipaddress
+
+        sources: Dict[int, str] = {}
+        for a in self.addresses:
+            sources.setdefault(ipaddress.ip_address(a.split("%")[0]).version, a)
+        object.__setattr__(self, "_nets", tuple(ipaddress.ip_network(n) for n in self.networks))
+        object.__setattr__(self, "_sources", sources)
 
     def source(self, version: int) -> Optional[str]:
         """The rail's first address of IP ``version`` (4 or 6), or None."""
-        import ipaddress
+        return self._sources.get(version)
 
-        return next((a for a in self.addresses if ipaddress.ip_address(a.split("%")[0]).version == version), None)
+    def on_subnet(self, address: Any) -> bool:
+        """Whether ``address`` (text, or an ``ipaddress`` address) lies in one of the rail's
+        subnets (on its own segment)."""
+        if isinstance(address, str):
+            import ipaddress
 
-    def on_subnet(self, address: str) -> bool:
-        """Whether ``address`` lies in one of the rail's subnets (on its own segment)."""
-        import ipaddress
-
-        ip = ipaddress.ip_address(address.split("%")[0])
-        return any(ip in ipaddress.ip_network(n) for n in self.networks)
+            address = ipaddress.ip_address(address.split("%")[0])
+        return any(address in n for n in self._nets)
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,14 @@ class Target:
     name: str
     address: Optional[str]
     error: Optional[str] = None
+    #: the address parsed once (without its zone), None with it
+    ip: Any = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        import ipaddress
+
+        object.__setattr__(self, "ip", ipaddress.ip_address(self.address.split("%")[0])
+                           if self.address is not None else None)
 
 
 @dataclass

@@ -57,7 +57,7 @@ def pairs(rails: Sequence[Rail], targets: Sequence[Target], same_subnet: bool = 
     own subnets (a rail-optimized fabric, where rail k of a node reaches rail k of the
     others; a target that cannot be used stays, so that its cell says why)."""
     return [(r, t) for r in rails for t in targets
-            if not same_subnet or t.address is None or r.on_subnet(t.address)]
+            if not same_subnet or t.ip is None or r.on_subnet(t.ip)]
 
 
 def targets(words: Sequence[str], *, all_addresses: bool = False, numeric: bool = False) -> List[Target]:
@@ -111,15 +111,19 @@ def identity(host: str, rail: str, addr: str) -> bytes:
     return ("%s host=%s rail=%s addr=%s" % (IDENTIFY_MAGIC, host, rail, addr)).encode("ascii", "replace")[:196]
 
 
-def _gid_entry(devs: Any, device: Optional[str], port: Optional[int], sgid: Any) -> Tuple[Optional[int], Optional[str]]:
-    """The GID table's index and type of ``sgid`` on the port: RoCE v2 first, as rdma_cm's
-    default GID type is (None, None when the table does not show it)."""
-    if device is None or sgid is None:
-        return None, None
-    found = [(g.index, g.type.value) for d in devs if d.name == device for p in d.ports if p.number == port
-             for g in p.gids if g.gid == sgid]
-    found.sort(key=lambda e: (e[1] != "RoCE v2", e[0]))
-    return found[0] if found else (None, None)
+def _gid_entries(devs: Any) -> Dict[Tuple[str, int, Any], Tuple[int, str]]:
+    """(device, port, GID) -> the GID table's index and type to report for it: RoCE v2 first,
+    as rdma_cm's default GID type is, then the lowest index (built once a run: a Soft-RoCE
+    port's table is 1,024 entries)."""
+    out: Dict[Tuple[str, int, Any], Tuple[int, str]] = {}
+    for d in devs:
+        for p in d.ports:
+            for g in p.gids:
+                key, mine = (d.name, p.number, g.gid), (g.index, g.type.value)
+                have = out.get(key)
+                if have is None or (mine[1] != "RoCE v2", mine[0]) < (have[1] != "RoCE v2", have[0]):
+                    out[key] = mine
+    return out
 
 
 def _why(dst: str, src: Optional[str], devs: Any = None) -> List[str]:
@@ -141,11 +145,10 @@ def _why(dst: str, src: Optional[str], devs: Any = None) -> List[str]:
     return lines + list(p.reasoning)
 
 
-async def _cell(ach: Any, cell: Cell, src: str, dst: str, port: int, ps: Any, timeout_ms: int,
-                devs: Any) -> None:
-    """Drive one cell: resolve, route, connect (and, if accepted, RTU and disconnect)."""
+async def _cell(ach: Any, cell: Cell, src: Any, dst: Any, ps: Any, timeout_ms: int, devs: Any, gids: Any) -> None:
+    """Drive one cell: resolve from ``src`` to ``dst`` (Addresses, parsed once a run; the
+    destination's port the service's), route, connect (and, if accepted, RTU and disconnect)."""
     from ..abi import CmEventType as E
-    from ..addr import parse_address
     from ..errors import RdmaCmError
 
     cm = ach.channel.create_id(ps)
@@ -163,8 +166,8 @@ async def _cell(ach: Any, cell: Cell, src: str, dst: str, port: int, ps: Any, ti
             return ev
 
         try:
-            ev = await step("addr", ach.resolve_addr(cm, parse_address(dst, port), src=parse_address(src),
-                                                     timeout_ms=timeout_ms, raise_on_error=False), step_s)
+            ev = await step("addr", ach.resolve_addr(cm, dst, src=src, timeout_ms=timeout_ms, raise_on_error=False),
+                            step_s)
             if ev is None:
                 return
             if ev.event is not E.ADDR_RESOLVED or ev.status:
@@ -176,13 +179,13 @@ async def _cell(ach: Any, cell: Cell, src: str, dst: str, port: int, ps: Any, ti
             if ev.event is not E.ROUTE_RESOLVED or ev.status:
                 cell.outcome, cell.status, cell.detail = "route-error", ev.status, ev.status_name or ev.event.name
                 return
-            info = cm.query_addr()
+            info = cm.query_addr(devices=devs)  # the device named from the run's list: no sysfs reads a cell
             cell.device = info.device.name if info.device else None
             cell.port = info.port_num
             sgid, dgid = cm.query_gid()
             cell.sgid = ip_text(sgid.ip) if sgid is not None else None
             cell.dgid = ip_text(dgid.ip) if dgid is not None else None
-            cell.gid_index, cell.gid_type = _gid_entry(devs, cell.device, cell.port, sgid.ip if sgid else None)
+            cell.gid_index, cell.gid_type = gids.get((cell.device, cell.port, sgid.ip if sgid else None), (None, None))
             ev = await step("connect", ach.connect(cm, qp_num=None, responder_resources=1, initiator_depth=1,
                                                    raise_on_error=False), timeout_ms / 1000.0)
             if ev is None:
@@ -208,10 +211,10 @@ async def _cell(ach: Any, cell: Cell, src: str, dst: str, port: int, ps: Any, ti
         who = parse_identity(ev.param.private_data)
         if who is not None:
             cell.agent = who
-            if who.get("addr") not in (None, dst.split("%")[0]):
+            if who.get("addr") not in (None, cell.dst.split("%")[0]):
                 cell.outcome = "wrong-host"
                 cell.detail = "answered by %s (rail %s, address %s), not %s" % (
-                    who.get("host"), who.get("rail"), who.get("addr"), dst)
+                    who.get("host"), who.get("rail"), who.get("addr"), cell.dst)
         outcome, detail = cell.outcome, cell.detail
         try:
             await step("disconnect", ach.disconnect(cm, raise_on_error=False), timeout_ms / 1000.0)
@@ -234,6 +237,7 @@ async def check_async(rails: Sequence[Rail], targets: Sequence[Target], *, port:
     ``devices``: the RDMA devices as :func:`rails` was given them (default: read now)."""
     from .. import devices as dev
     from ..abi import PortSpace
+    from ..addr import parse_address
     from ..aio import AsyncChannel
 
     if concurrency < 1:
@@ -244,14 +248,22 @@ async def check_async(rails: Sequence[Rail], targets: Sequence[Target], *, port:
     host = host or socket.gethostname()
     devs = dev.list_devices() if devices is None else list(devices)
     cells: List[Cell] = []
-    work: List[Tuple[Cell, str, str]] = []
+    work: List[Tuple[Cell, Any, Any]] = []
+    parsed: Dict[Tuple[str, int], Any] = {}  # each source and destination parsed once a run
+
+    def addr(text: str, p: int = 0) -> Any:
+        a = parsed.get((text, p))
+        if a is None:
+            a = parsed[text, p] = parse_address(text, p)
+        return a
+
     for r, t in pairs(rails, targets, same_subnet):
         c = Cell(host=host, rail=r.netdev, target=t.name, dst=t.address)
         cells.append(c)
         if t.address is None:
             c.outcome, c.detail = "bad-target", t.error
             continue
-        version = ipaddress.ip_address(t.address.split("%")[0]).version
+        version = t.ip.version
         src = r.source(version)
         c.src = src
         if src is None:
@@ -259,11 +271,12 @@ async def check_async(rails: Sequence[Rail], targets: Sequence[Target], *, port:
             c.detail = "rail %s has no IPv%d address%s" % (r.netdev, version, "" if r.addresses else
                                                            " (it has no address at all)")
             continue
-        work.append((c, src, t.address))
+        work.append((c, addr(src), addr(t.address, port)))
     for c in cells:
         if c.dst is None or c.src is None:
             if on_cell is not None:
                 on_cell(c)
+    gids = _gid_entries(devs)
     gate = asyncio.Semaphore(concurrency)
     # The failed cells are explained in one thread of their own (pyroute2 runs a loop of its
     # own), through one routing socket and links dump for the whole run (a netlink session
@@ -274,12 +287,12 @@ async def check_async(rails: Sequence[Rail], targets: Sequence[Target], *, port:
 
     explainer = ThreadPoolExecutor(1, thread_name_prefix="mesh-why", initializer=session().__enter__)
 
-    async def one(c: Cell, src: str, dst: str) -> None:
+    async def one(c: Cell, src: Any, dst: Any) -> None:
         async with gate:
             try:
-                await _cell(ach, c, src, dst, port, pspace, timeout_ms, devs)
+                await _cell(ach, c, src, dst, pspace, timeout_ms, devs, gids)
                 if not c.ok:
-                    c.why = await asyncio.get_running_loop().run_in_executor(explainer, _why, dst, src, devs)
+                    c.why = await asyncio.get_running_loop().run_in_executor(explainer, _why, c.dst, c.src, devs)
             finally:
                 if on_cell is not None:
                     on_cell(c)

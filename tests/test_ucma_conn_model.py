@@ -72,7 +72,7 @@ def test_a_rej_before_any_answer_leaves_the_request_an_orphan_that_may_still_ans
     REQ_SENT, then REJECT (or ACCEPT) of its request's id: the kernel takes it."""
     m = _machine()
     a, p = _pair(m, "req_sent", "req_rcvd", p_uid=0)
-    assert m._rejected_by(a, 28)
+    assert cm.rejected_by(m.ids, a, 28)
     assert a.cm == "idle" and p.cm == "req_rcvd" and p.peer is None and a.peer is None
     m._reject(p, 35)
     assert p.cm == "idle" and not a.owed
@@ -129,7 +129,7 @@ def test_crossing_disconnects_give_each_end_one_disconnected():
 def test_an_event_is_judged_against_what_is_owed_then_what_may_come():
     m = _machine()
     a, p = _pair(m, "rep_rcvd", "rep_sent")
-    cm._owe(a, "CONNECT_RESPONSE", frozenset({0}), 0x200005)
+    cm.owe(a, "CONNECT_RESPONSE", frozenset({0}), 0x200005)
     with pytest.raises(Disagreement, match="carries qp_num 0x200006"):
         m._take(a, "CONNECT_RESPONSE", 0, 0x200006)
     m._take(a, "CONNECT_RESPONSE", 0, 0x200005)
@@ -143,5 +143,15 @@ def test_an_event_is_judged_against_what_is_owed_then_what_may_come():
 
 def test_an_id_of_uid_0_owes_nothing():
     c = Cid("p1", 1, 0, 0, "passive", K.CONNECT, "req_rcvd")
-    cm._owe(c, "REJECTED", frozenset({28}))
+    cm.owe(c, "REJECTED", frozenset({28}))
     assert c.owed == []
+
+
+def test_the_machine_has_the_crossing_rules_of_its_mixin():
+    import inspect
+
+    from hypothesis.stateful import RULE_MARKER
+
+    rules = {name for name, f in inspect.getmembers(ConnMachine) if getattr(f, RULE_MARKER, None) is not None}
+    assert {"disconnect_both", "destroy_both", "connect_then_destroy_listener", "establish_then_destroy_passive",
+            "migrate", "handshake", "progress", "listen", "prepare", "destroy", "close_channel"} <= rules

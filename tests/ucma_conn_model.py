@@ -35,13 +35,12 @@ is for.  A failure carries a runnable script of :class:`pyrdmacm.conformance.Raw
 from __future__ import annotations
 
 import collections
-import dataclasses
 import errno
 import os
 import select
 import struct
 import time
-from typing import Any, Dict, FrozenSet, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -49,6 +48,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from pyrdmacm import abi, kernel_rules
 from pyrdmacm.addr import parse_address
 
+from ucma_conn_crossing import Crossings
+from ucma_conn_ends import (DUE, MAX_IDS, PORTS, Cid, accepted, disconnect_sent, gone, owe,
+                            rejected_by, show)
 from ucma_model import LOCAL, CLOSED_PORT, Disagreement, match_states, netlink_states
 
 C = abi.UserCmCmd
@@ -57,46 +59,7 @@ EV = abi.CmEventType
 EINVAL = errno.EINVAL
 ETIMEDOUT = errno.ETIMEDOUT
 
-#: the ports listeners bind (LOCAL:port); CLOSED_PORT has none
-PORTS = (7481, 7482)
-#: seconds within which an owed event must come (loopback MADs under emulation take ms)
-DUE = 5.0
-MAX_IDS = 8
-#: the IB CM's states of one end, as far as the model follows them
-CM = ("", "req_sent", "req_rcvd", "rep_sent", "rep_rcvd", "est", "dreq_sent", "dreq_rcvd", "timewait",
-      "ending", "idle")
-
-
-@dataclasses.dataclass(eq=False)
-class Cid:
-    """One id of the machine, as the model sees its kernel side."""
-
-    name: str  #: the reproducer's variable
-    handle: int
-    ch: int
-    uid: int  #: 0: the kernel queues no event for it (a request's id before ACCEPT)
-    role: str  #: "listener", "active", "passive"
-    state: K  #: the rdma_cm's state
-    cm: str = ""  #: the IB CM's state (:data:`CM`)
-    port: int = 0  #: a listener's own port; an active id's destination port (the REQ's service id)
-    qpn: int = 0  #: the QP number it sent (CONNECT's, ACCEPT's)
-    peer: Optional["Cid"] = None
-    #: events that must come, in order: (event, statuses, due time, QP number the event carries or None)
-    owed: List[Tuple[str, FrozenSet[int], float, Optional[int]]] = dataclasses.field(default_factory=list)
-    #: events that may come, each once: event -> statuses
-    may: Dict[str, FrozenSet[int]] = dataclasses.field(default_factory=dict)
-    read: int = 0  #: events read for it (DESTROY_ID's events_reported)
-    disc: bool = False  #: a DISCONNECTED is owed or was read (the rdma_cm sends one at most)
-    #: a listener's requests on their way: the active ids whose CONNECT_REQUEST is owed, by QP number
-    coming: Dict[int, "Cid"] = dataclasses.field(default_factory=dict)
-
-
-def _owe(c: Cid, event: str, statuses: FrozenSet[int], qpn: Optional[int] = None) -> None:
-    if c.uid:
-        c.owed.append((event, statuses, time.monotonic() + DUE, qpn))
-
-
-class ConnMachine(RuleBasedStateMachine):
+class ConnMachine(Crossings, RuleBasedStateMachine):
     """Connections among this process's ids on the lab's own address, checked against the model."""
 
     version: Tuple[int, int] = (0, 0)
@@ -122,7 +85,7 @@ class ConnMachine(RuleBasedStateMachine):
 
     def _fail(self, what: str) -> None:
         raise Disagreement("%s\n\nids: %s\n\nreproducer (kernel %d.%d):\n%s" % (
-            what, "; ".join(_show(c) for c in self.ids) or "none", self.version[0], self.version[1],
+            what, "; ".join(show(c) for c in self.ids) or "none", self.version[0], self.version[1],
             "\n".join(self.script)))
 
     def _next(self, prefix: str) -> str:
@@ -190,7 +153,7 @@ class ConnMachine(RuleBasedStateMachine):
             del c.may[name]
         else:
             self._fail("%s status %d for %s, which the model does not expect (owed: %s; may: %s)" % (
-                name, status, _show(c), [o[0] for o in c.owed] or "nothing", sorted(c.may) or "nothing"))
+                name, status, show(c), [o[0] for o in c.owed] or "nothing", sorted(c.may) or "nothing"))
         c.read += 1
         if name == "DISCONNECTED":
             c.state = K.DISCONNECT
@@ -283,13 +246,13 @@ class ConnMachine(RuleBasedStateMachine):
                          "ch[%d].resolve(%s, parse_address(%r, %d))" % (ch, c.name, LOCAL, port))
         self._expect("RESOLVE_ADDR", err, 0)
         c.role, c.port = "active", port
-        _owe(c, "ADDR_RESOLVED", frozenset({0}))
+        owe(c, "ADDR_RESOLVED", frozenset({0}))
         self._settle([c])
         c.state = K.ADDR_RESOLVED
         err = self._send(c, ch, "RESOLVE_ROUTE", {"id": c.handle, "timeout_ms": 2000},
                          "ch[%d].send('RESOLVE_ROUTE', {'id': %s, 'timeout_ms': 2000})" % (ch, c.name))
         self._expect("RESOLVE_ROUTE", err, 0)
-        _owe(c, "ROUTE_RESOLVED", frozenset({0}))
+        owe(c, "ROUTE_RESOLVED", frozenset({0}))
         self._settle([c])
         c.state = K.ROUTE_RESOLVED
 
@@ -307,16 +270,16 @@ class ConnMachine(RuleBasedStateMachine):
                          "'conn_param.responder_resources': 1, 'conn_param.initiator_depth': 1})  # to port %d"
                          % (a.ch, a.name, qpn, port))
         want = self._table(a, C.CONNECT)
-        self._expect("CONNECT from %s to port %d" % (_show(a), port), err, want)
+        self._expect("CONNECT from %s to port %d" % (show(a), port), err, want)
         if err:
             return
         a.state, a.cm, a.qpn = K.CONNECT, "req_sent", qpn
         lst = next((c for c in self.ids if c.role == "listener" and c.port == port), None)
         if lst is None:
-            _owe(a, "REJECTED", frozenset({8}))  # no listener on that service id: the IB CM's REJ 8
+            owe(a, "REJECTED", frozenset({8}))  # no listener on that service id: the IB CM's REJ 8
         else:
             lst.coming[qpn] = a
-            _owe(lst, "CONNECT_REQUEST", frozenset({0}))
+            owe(lst, "CONNECT_REQUEST", frozenset({0}))
 
     @rule(data=st.data())
     def connect(self, data: st.DataObject) -> None:
@@ -351,47 +314,8 @@ class ConnMachine(RuleBasedStateMachine):
                          "%#x, 'conn_param.retry_count': 5, 'conn_param.rnr_retry_count': 5, "
                          "'conn_param.responder_resources': 1, 'conn_param.initiator_depth': 1})"
                          % (c.ch, c.name, uid, valid, qpn))
-        want = self._table(c, C.ACCEPT)
-        peer = c.peer if c.peer in self.ids else None
-        if not want:
-            if c.cm == "req_rcvd" and valid:  # the REP
-                want = 0
-                c.cm, c.qpn, c.uid = "rep_sent", qpn, uid  # ucma_accept: the uid takes from now on
-                if peer is not None and peer.cm == "req_sent":
-                    peer.cm = "rep_rcvd"
-                    _owe(peer, "CONNECT_RESPONSE", frozenset({0}), qpn)
-            elif c.cm == "rep_rcvd" and not valid:  # the RTU (rdma_establish)
-                want = 0
-                c.cm = "est"
-                if peer is not None and peer.cm == "rep_sent":
-                    peer.cm = "est"
-                    _owe(peer, "ESTABLISHED", frozenset({0}))
-            else:
-                # the IB CM refuses the REP or RTU here; rdma_accept's error path rejects (REJ 28),
-                # which the IB CM sends in the states where a REJ is legal
-                want = EINVAL
-                self._rejected_by(c, 28)
-        self._expect("ACCEPT valid=%d on %s" % (valid, _show(c)), err, want)
-
-    def _rejected_by(self, c: Cid, reason: int) -> bool:
-        """``c`` sends a REJ (with ``reason``) if its IB CM state allows one: whether it did."""
-        if c.cm not in ("req_sent", "req_rcvd", "rep_sent", "rep_rcvd"):
-            return False
-        peer = c.peer if c.peer in self.ids else None
-        if c.cm == "req_sent":
-            # found by the first campaigns (5.10 and 7.2, a model bug): a REJ sent before any
-            # answer names no comm id of the other end, whose IB CM drops it: the request's
-            # id stays in REQ_RCVD (REJECT and ACCEPT still legal there), an orphan whose
-            # answers reach nobody
-            if peer is not None:
-                peer.peer = None
-                peer.may["UNREACHABLE"] = frozenset({-ETIMEDOUT})  # its REP's retries may run out
-            c.peer = None
-        elif peer is not None and peer.cm in ("req_sent", "rep_sent", "rep_rcvd"):
-            _owe(peer, "REJECTED", frozenset({reason}))
-            peer.cm = "idle"
-        c.cm = "idle"
-        return True
+        want = self._table(c, C.ACCEPT) or accepted(self.ids, c, valid, qpn, uid)
+        self._expect("ACCEPT valid=%d on %s" % (valid, show(c)), err, want)
 
     @rule(data=st.data(), valid=st.sampled_from([1, 1, 1, 0]))
     def accept(self, data: st.DataObject, valid: int) -> None:
@@ -423,35 +347,19 @@ class ConnMachine(RuleBasedStateMachine):
                          "ch[%d].send('REJECT', {'id': %s, 'reason': %d})" % (c.ch, c.name, reason))
         want = self._table(c, C.REJECT)
         if not want:
-            want = 0 if self._rejected_by(c, reason or 28) else EINVAL  # ucma_reject: 0 is 28
-        self._expect("REJECT reason %d on %s" % (reason, _show(c)), err, want)
+            want = 0 if rejected_by(self.ids, c, reason or 28) else EINVAL  # ucma_reject: 0 is 28
+        self._expect("REJECT reason %d on %s" % (reason, show(c)), err, want)
 
     def _write_disconnect(self, c: Cid) -> int:
         err = self._send(c, c.ch, "DISCONNECT", {"id": c.handle},
                          "ch[%d].send('DISCONNECT', {'id': %s})" % (c.ch, c.name))
-        self._expect("DISCONNECT on %s" % _show(c), err, self._table(c, C.DISCONNECT))
+        self._expect("DISCONNECT on %s" % show(c), err, self._table(c, C.DISCONNECT))
         return err
 
     def _disconnect(self, c: Cid) -> None:
         if self._write_disconnect(c):
             return
-        peer = c.peer if c.peer in self.ids else None
-        if c.cm == "est":  # the DREQ (rdma_disconnect; elsewhere the IB CM refuses it, and that is ignored)
-            c.cm = "dreq_sent"
-            if peer is not None and peer.cm == "est":
-                peer.cm = "dreq_rcvd"
-                self._disconnected(peer)
-        elif c.cm == "dreq_rcvd":  # the DREP: both ends enter timewait
-            c.cm = "timewait"
-            if peer is not None and peer.cm == "dreq_sent":
-                peer.cm = "timewait"
-                self._disconnected(peer)
-
-    def _disconnected(self, c: Cid) -> None:
-        """``c``'s rdma_cm gets DISCONNECTED (once: CONNECT -> DISCONNECT)."""
-        if not c.disc:
-            c.disc = True
-            _owe(c, "DISCONNECTED", frozenset({0}))
+        disconnect_sent(self.ids, c)
 
     @rule(data=st.data())
     def disconnect(self, data: st.DataObject) -> None:
@@ -459,24 +367,6 @@ class ConnMachine(RuleBasedStateMachine):
         ids = self._live()
         if ids:
             self._disconnect(data.draw(st.sampled_from(ids), label="id"))
-
-    @rule(data=st.data())
-    def disconnect_both(self, data: st.DataObject) -> None:
-        """Both ends of an established connection write DISCONNECT, one right after the other."""
-        self._settle()
-        pairs = [c for c in self._live("active") if c.cm == "est" and c.peer in self.ids and c.peer.cm == "est"]
-        if not pairs:
-            return
-        a = data.draw(st.sampled_from(pairs), label="connection")
-        first, second = (a, a.peer) if data.draw(st.booleans(), label="active first") else (a.peer, a)
-        self._write_disconnect(first)
-        self._write_disconnect(second)
-        # the second DISCONNECT is a DREQ crossing the first one's, or the DREP answering it
-        # (the first DREQ came in between): either way each end gets one DISCONNECTED, and
-        # either may go through timewait
-        for end in (first, second):
-            end.cm = "ending"
-            self._disconnected(end)
 
     @precondition(lambda self: len(self.ids) < MAX_IDS - 2)
     @rule(ch=st.integers(0, 1), other=st.booleans(), port=st.sampled_from(PORTS))
@@ -524,43 +414,17 @@ class ConnMachine(RuleBasedStateMachine):
 
     # -- rules: ends ---------------------------------------------------------------------------
 
-    def _gone(self, c: Cid) -> None:
-        """What ``c``'s end going away (DESTROY_ID, its fd closed) makes its peer see
-        (cm.c: cm_destroy_id by the IB CM's state)."""
-        self.ids.remove(c)
-        if c.role == "listener":
-            for a in c.coming.values():
-                if a in self.ids and a.cm == "req_sent":
-                    # the REQ came after the listener went (REJ 8), or its request's id went with
-                    # the listener (REJ 28)
-                    a.owed = [o for o in a.owed if o[0] != "REJECTED"]
-                    a.may["REJECTED"] = frozenset({8, 28})
-                    a.cm = "idle"
-            return
-        peer = c.peer if c.peer in self.ids else None
-        if peer is None:
-            return
-        if c.cm in ("req_sent", "req_rcvd", "rep_sent", "rep_rcvd"):
-            self._rejected_by(c, 28 if c.cm != "req_sent" else 4)  # REQ_SENT: REJ 4 (timeout)
-        elif c.cm == "est" and peer.cm == "est":  # a DREQ
-            peer.cm = "dreq_rcvd"
-            self._disconnected(peer)
-        elif c.cm == "dreq_rcvd" and peer.cm == "dreq_sent":  # the DREP
-            peer.cm = "timewait"
-            self._disconnected(peer)
-        peer.peer = None
-
     def _destroy(self, c: Cid) -> None:
         raw = self.chans[c.ch]
         raw.reply.clear()
         err = self._send(c, c.ch, "DESTROY_ID", {"id": c.handle},
                          "ch[%d].send('DESTROY_ID', {'id': %s})" % (c.ch, c.name))
-        self._expect("DESTROY_ID of %s" % _show(c), err, 0)
+        self._expect("DESTROY_ID of %s" % show(c), err, 0)
         reported = int(raw.reply_of("DESTROY_ID")["events_reported"])
         if reported != c.read:
             self._fail("DESTROY_ID of %s: events_reported %d, but %d of its events were read" % (
-                _show(c), reported, c.read))
-        self._gone(c)
+                show(c), reported, c.read))
+        gone(self.ids, c)
 
     @rule(data=st.data())
     def destroy(self, data: st.DataObject) -> None:
@@ -569,68 +433,6 @@ class ConnMachine(RuleBasedStateMachine):
         if ids:
             self._destroy(data.draw(st.sampled_from(ids), label="id"))
 
-    @rule(data=st.data())
-    def destroy_both(self, data: st.DataObject) -> None:
-        """Both ends of a connection destroyed, one right after the other: the first one's
-        REJ or DREQ may reach the second before it goes, or not; nothing is left."""
-        self._settle()
-        pairs = [c for c in self._live("active") if c.peer in self.ids]
-        if pairs:
-            a = data.draw(st.sampled_from(pairs), label="connection")
-            p = a.peer
-            self._destroy(a)
-            p.owed, p.may = [], {}  # whatever the first end's going sent, the second goes before reading it
-            self._destroy(p)
-
-    @rule(data=st.data())
-    def connect_then_destroy_listener(self, data: st.DataObject) -> None:
-        """A CONNECT to a listener, and the listener destroyed right after (the REQ in flight)."""
-        self._settle()
-        listening = {c.port: c for c in self._live("listener")}
-        actives = [c for c in self._live("active") if c.state is K.ROUTE_RESOLVED and c.port in listening]
-        if not actives:
-            return
-        a = data.draw(st.sampled_from(actives), label="active id")
-        lst = listening[a.port]
-        self._connect(a)
-        lst.owed = []  # the CONNECT_REQUEST, if it came, goes with the listener unread
-        self._destroy(lst)
-
-    @rule(data=st.data())
-    def establish_then_destroy_passive(self, data: st.DataObject) -> None:
-        """The RTU, and the passive end destroyed right after: it goes in REP_SENT (a REJ, which
-        the established active end may take or ignore) or in ESTABLISHED (a DREQ)."""
-        self._settle()
-        ids = [c for c in self._live("active") if c.cm == "rep_rcvd" and c.peer in self.ids]
-        if not ids:
-            return
-        a = data.draw(st.sampled_from(ids), label="active id")
-        p = a.peer
-        self._accept(a, 0)
-        p.owed, p.peer, a.peer = [], None, None  # p goes before it reads its ESTABLISHED
-        self._destroy(p)
-        a.cm = "ending"
-        a.may["REJECTED"] = frozenset({28})
-        a.may["DISCONNECTED"] = frozenset({0})
-
-    @rule(data=st.data())
-    def migrate(self, data: st.DataObject) -> None:
-        """MIGRATE_ID to the other channel, events on their way or queued unread: they follow it."""
-        ids = [c for c in self._live() if not c.coming]
-        if not ids:
-            return
-        c = data.draw(st.sampled_from(ids), label="id")
-        new = 1 - c.ch
-        raw = self.chans[new]
-        raw.reply.clear()
-        err = self._send(c, new, "MIGRATE_ID", {"id": c.handle, "fd": self.chans[c.ch].dev.fileno()},
-                         "ch[%d].send('MIGRATE_ID', {'id': %s, 'fd': ch[%d].dev.fileno()})" % (new, c.name, c.ch))
-        self._expect("MIGRATE_ID of %s" % _show(c), err, 0)
-        reported = int(raw.reply_of("MIGRATE_ID")["events_reported"])
-        if reported != c.read:
-            self._fail("MIGRATE_ID of %s: events_reported %d, %d were read" % (_show(c), reported, c.read))
-        c.ch = new
-
     @rule(ch=st.integers(0, 1))
     def close_channel(self, ch: int) -> None:
         """Close a channel with its ids (the kernel destroys them: their peers see it), and open it again."""
@@ -638,7 +440,7 @@ class ConnMachine(RuleBasedStateMachine):
         self.chans[ch].close()
         self.script.append("ch[%d].close(); ch[%d] = Raw()" % (ch, ch))
         for c in [c for c in self.ids if c.ch == ch]:
-            self._gone(c)
+            gone(self.ids, c)
         self.chans[ch] = self._Raw()
 
     @rule(ch=st.integers(0, 1), wait=st.sampled_from([0.0, 0.2, 1.0]))
@@ -669,7 +471,7 @@ class ConnMachine(RuleBasedStateMachine):
                 options.append([(), (K.CONNECT.name,)])
         if not match_states(options, left):
             self._fail("RDMA netlink lists this process's cm_ids in %s; the model has %s" % (
-                sorted(left) or "no state", "; ".join(_show(c) for c in self.ids) or "no id"))
+                sorted(left) or "no state", "; ".join(show(c) for c in self.ids) or "no id"))
 
     def teardown(self) -> None:
         try:
@@ -696,11 +498,6 @@ def _en(err: int) -> str:
     return "ok" if err == 0 else errno.errorcode.get(err, str(err))
 
 
-def _show(c: Cid) -> str:
-    return "%s (%s, %s%s, ch[%d]%s)" % (c.name, c.role or "new", c.state.name, "/" + c.cm if c.cm else "", c.ch,
-                                        ", peer %s" % c.peer.name if c.peer is not None else "")
-
-
 # -- campaigns -------------------------------------------------------------------------------
 
 def run_round(seed: int, examples: int, steps: int) -> Optional[str]:
@@ -720,62 +517,27 @@ def run_round(seed: int, examples: int, steps: int) -> Optional[str]:
     return None
 
 
-def campaign(seconds: float, seed: int, examples: int = 10, steps: int = 25,
-             out: Any = print) -> Dict[str, Any]:
+def campaign(seconds: float, seed: int, examples: int = 10, steps: int = 25, out: Any = print) -> Dict[str, Any]:
+    """Rounds of :func:`run_round` until ``seconds`` have passed: the figures (events read by
+    kind among them), and each disagreement's script."""
+    import fuzz_runner
     from pyrdmacm.conformance import kernel_version
 
     ConnMachine.version = kernel_version()
     ConnMachine.stats = {"sequences": 0, "commands": 0, "errnos": collections.Counter(),
                          "events": collections.Counter()}
-    start = time.monotonic()
-    found: List[Tuple[int, str]] = []
-    rounds = 0
-    while time.monotonic() - start < seconds:
-        s = seed + rounds
-        rounds += 1
-        report = run_round(s, examples, steps)
-        if report:
-            found.append((s, report))
-            out("== disagreement (connections, seed %d) ==\n%s\n" % (s, report))
+    n, found, took = fuzz_runner.rounds(seconds, seed, lambda s: run_round(s, examples, steps), "connections, ", out)
     st_ = ConnMachine.stats
-    return {"machine": "connections", "kernel": os.uname().release, "seed": seed, "rounds": rounds,
-            "seconds": round(time.monotonic() - start, 1), "sequences": st_["sequences"],
-            "commands": st_["commands"], "errnos": st_["errnos"], "events": st_["events"], "disagreements": found}
-
-
-def print_figures(fig: Dict[str, Any], out: Any = print) -> None:
-    out("kernel %s, connections: %d sequences, %d commands in %.0f s (%d rounds from seed %d); %d disagreements"
-        % (fig["kernel"], fig["sequences"], fig["commands"], fig["seconds"], fig["rounds"], fig["seed"],
-           len(fig["disagreements"])))
-    out("  events read: %s" % (", ".join("%s %d" % (e, n) for e, n in sorted(fig["events"].items())) or "none"))
-    by_cmd: Dict[str, List[str]] = collections.defaultdict(list)
-    for (cmd, err), n in sorted(fig["errnos"].items()):
-        by_cmd[cmd].append("%s %d" % (err, n))
-    for cmd in sorted(by_cmd):
-        out("  %-34s %s" % (cmd, ", ".join(by_cmd[cmd])))
-    for s, report in fig["disagreements"]:
-        out("disagreement, seed %d: %s" % (s, report.splitlines()[0]))
+    return {"machine": "connections", "kernel": os.uname().release, "seed": seed, "rounds": n, "seconds": took,
+            "sequences": st_["sequences"], "commands": st_["commands"], "errnos": st_["errnos"],
+            "events": st_["events"], "disagreements": found}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    import argparse
-    import json
+    import fuzz_runner
 
-    p = argparse.ArgumentParser(description="fuzz the running kernel's connections with the model (see tools/fuzz)")
-    p.add_argument("--minutes", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--examples", type=int, default=10, help="sequences per round (default 10)")
-    p.add_argument("--steps", type=int, default=25, help="steps per sequence at most (default 25)")
-    p.add_argument("--json", metavar="FILE", help="write the figures there too (relative: in $LAB_OUT)")
-    a = p.parse_args(argv)
-    seed = a.seed if a.seed is not None else int.from_bytes(os.urandom(4), "little")
-    fig = campaign(a.minutes * 60, seed, a.examples, a.steps)
-    print_figures(fig)
-    if a.json:
-        path = a.json if os.path.isabs(a.json) else os.path.join(os.environ.get("LAB_OUT", "."), a.json)
-        with open(path, "w") as f:
-            json.dump({**fig, "errnos": [[c, e, n] for (c, e), n in sorted(fig["errnos"].items())]}, f, indent=1)
-    return 1 if fig["disagreements"] else 0
+    a = fuzz_runner.parser("fuzz the running kernel's connections with the model (see tools/fuzz)", 10, 25).parse_args(argv)
+    return fuzz_runner.finish(campaign(a.minutes * 60, fuzz_runner.seed_of(a), a.examples, a.steps), a.json)
 
 
 if __name__ == "__main__":

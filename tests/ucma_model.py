@@ -1266,7 +1266,7 @@ def run_round(seed: int, examples: int, steps: int, shrink_budget: float = 60.0)
     UcmaMachine.shrink_budget = shrink_budget
     try:
         test()
-    except Exception as e:  # a Disagreement, or hypothesis' complaint after the shrink budget
+    except Exception:  # a Disagreement, or hypothesis' complaint after the shrink budget
         UcmaMachine.first_failure = None  # machines made after this round (replays) start afresh
         if UcmaMachine.smallest is not None:
             _n, report, script = UcmaMachine.smallest
@@ -1327,61 +1327,28 @@ def campaign(seconds: float, seed: int, examples: int = 20, steps: int = 30,
              out: Callable[[str], None] = print, shrink_seconds: float = 60.0) -> Dict[str, Any]:
     """Rounds of :func:`run_round` with seeds seed, seed+1, ... until ``seconds`` have passed;
     the figures, and each disagreement's reproducer."""
+    import fuzz_runner
     from pyrdmacm.conformance import kernel_version
 
     UcmaMachine.version = kernel_version()
     UcmaMachine.stats = {"sequences": 0, "commands": 0, "errnos": collections.Counter()}
-    start = time.monotonic()
-    found: List[Tuple[int, str]] = []
-    rounds = 0
-    while time.monotonic() - start < seconds:
-        s = seed + rounds
-        rounds += 1
-        report = run_round(s, examples, steps, shrink_budget=shrink_seconds)
-        if report:
-            found.append((s, report))
-            out("== disagreement (seed %d) ==\n%s\n" % (s, report))
-    return {"kernel": os.uname().release, "seed": seed, "rounds": rounds, "seconds": round(time.monotonic() - start, 1),
+    n, found, took = fuzz_runner.rounds(
+        seconds, seed, lambda s: run_round(s, examples, steps, shrink_budget=shrink_seconds), "", out)
+    return {"kernel": os.uname().release, "seed": seed, "rounds": n, "seconds": took,
             "sequences": UcmaMachine.stats["sequences"], "commands": UcmaMachine.stats["commands"],
             "errnos": UcmaMachine.stats["errnos"], "disagreements": found}
 
 
-def print_figures(fig: Dict[str, Any], out: Callable[[str], None] = print) -> None:
-    out("kernel %s: %d sequences, %d commands in %.0f s (%d rounds from seed %d); %d disagreements"
-        % (fig["kernel"], fig["sequences"], fig["commands"], fig["seconds"], fig["rounds"], fig["seed"],
-           len(fig["disagreements"])))
-    by_cmd: Dict[str, List[str]] = collections.defaultdict(list)
-    for (cmd, err), n in sorted(fig["errnos"].items()):
-        by_cmd[cmd].append("%s %d" % (err, n))
-    for cmd in sorted(by_cmd):
-        out("  %-34s %s" % (cmd, ", ".join(by_cmd[cmd])))
-    for s, report in fig["disagreements"]:
-        out("disagreement, seed %d: %s" % (s, report.splitlines()[0]))
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    import argparse
-    import json
+    import fuzz_runner
 
-    p = argparse.ArgumentParser(description="fuzz the running kernel's ucma with the model (see tools/fuzz)")
-    p.add_argument("--minutes", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--examples", type=int, default=20, help="sequences per round (default 20)")
-    p.add_argument("--steps", type=int, default=30, help="commands per sequence at most (default 30)")
+    p = fuzz_runner.parser("fuzz the running kernel's ucma with the model (see tools/fuzz)", 20, 30)
     p.add_argument("--shrink-seconds", type=float, default=60.0,
                    help="how long a failure may be shrunk (default 60; each step is a syscall on the real kernel: "
                         "give more for a minimal reproducer)")
-    p.add_argument("--json", metavar="FILE", help="write the figures there too (relative: in $LAB_OUT, the lab's "
-                   "output directory)")
     a = p.parse_args(argv)
-    seed = a.seed if a.seed is not None else int.from_bytes(os.urandom(4), "little")
-    fig = campaign(a.minutes * 60, seed, a.examples, a.steps, shrink_seconds=a.shrink_seconds)
-    print_figures(fig)
-    if a.json:
-        path = a.json if os.path.isabs(a.json) else os.path.join(os.environ.get("LAB_OUT", "."), a.json)
-        with open(path, "w") as f:
-            json.dump({**fig, "errnos": [[c, e, n] for (c, e), n in sorted(fig["errnos"].items())]}, f, indent=1)
-    return 1 if fig["disagreements"] else 0
+    fig = campaign(a.minutes * 60, fuzz_runner.seed_of(a), a.examples, a.steps, shrink_seconds=a.shrink_seconds)
+    return fuzz_runner.finish(fig, a.json)
 
 
 if __name__ == "__main__":

@@ -130,7 +130,7 @@ def test_replay_a_rej_before_any_answer_is_dropped_far_and_wedges_destroy_near()
         err = m._send(a, a.ch, "REJECT", {"id": a.handle, "reason": 0}, "ch[1].send('REJECT', {'id': %s, 'reason': 0})"
                       % a.name)
         assert err == 0
-        m._rejected_by(a, 28)
+        cm.rejected_by(m.ids, a, 28)
         m._reject(p, 35)
         assert m.script[-1].endswith("REJECT -> ok"), m.script[-1]
         assert not m._read(a.ch, 0.5), "an event came on the active end's channel"

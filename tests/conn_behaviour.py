@@ -432,6 +432,29 @@ def test_bad_input_is_refused_before_the_syscall_and_loses_nothing(link: Link):
         wait(sc, E.ESTABLISHED)
 
 
+def test_the_active_end_of_an_unanswered_request_cannot_reject_or_accept_it(link: Link):
+    """REJECT or ACCEPT on the active id while its request is unanswered (the IB CM in
+    REQ_SENT) would leave the kernel's REQ retrying, and the id's destroy waiting 77-102 s
+    (conformance.bugs: rej_in_req_sent_keeps_the_req): refused before any write, and the id
+    is destroyed at once (the request's id is then rejected, REJ 4 or dropped)."""
+    import time as _time
+
+    with link.server() as sc, link.client() as cc:
+        lst, dst = serve(sc, link)
+        c = routed(cc, dst)
+        c.connect()
+        req = wait(sc, E.CONNECT_REQUEST).id
+        for call in (c.reject, c.accept):
+            with pytest.raises(StateError, match="CONNECT"):
+                call()
+        assert c.state is State.CONNECT
+        started = _time.monotonic()
+        c.destroy()
+        assert _time.monotonic() - started < 30, "destroy waited for the REQ's retries"
+        req.destroy()
+        lst.destroy()
+
+
 def test_destroying_a_request_unanswered_rejects_it_28(link: Link):
     with link.server() as sc, link.client() as cc:
         lst, dst = serve(sc, link)

@@ -36,6 +36,7 @@ import errno
 import os
 import threading
 import time
+import weakref
 from collections import deque
 from typing import Any, Deque, Dict, Generic, Iterator, List, Optional, Tuple, TypeVar, overload
 
@@ -101,6 +102,9 @@ class Channel(Waiting, Generic[_Id]):
         self._ids: Dict[int, Any] = {}
         #: multicast memberships (their events carry the membership's own uid)
         self._mcs: Dict[int, Membership] = {}
+        #: requests' ids handed out and not registered (uid 0 until ACCEPT): close() marks
+        #: them destroyed too (the kernel destroys them with the fd)
+        self._unanswered: "weakref.WeakSet[Any]" = weakref.WeakSet()
         #: answer every DISCONNECTED with DISCONNECT (the DREP of a peer's DREQ: its disconnect
         #: completes at once instead of retrying until its DREQ times out)
         self.answer_disconnect = True
@@ -153,9 +157,10 @@ class Channel(Waiting, Generic[_Id]):
         self.closed = True
         self._live = 0
         if os.getpid() == self._pid:
-            for cm_id in list(self._ids.values()):
+            for cm_id in list(self._ids.values()) + [c for c in list(self._unanswered) if not c.uid]:
                 cm_id._closed()
             self._ids.clear()
+            self._unanswered.clear()
             for m in list(self._mcs.values()):
                 getattr(m.id, "_mcs", {}).pop(m.uid, None)
             self._mcs.clear()
@@ -498,6 +503,7 @@ class Channel(Waiting, Generic[_Id]):
             # a request read before its listener's DESTROY_ID returned is handed out too: its
             # id is the caller's to accept, reject or destroy (else the peer waits unanswered)
             new = cm_id._spawn(self, handle)
+            self._unanswered.add(new)
             request: Event[_Id] = new._requested(Event(ev, status, new, handle, raw, ece, cm_id, None))
             return request
         cm_id._on_event_with_effects(ev)

@@ -455,6 +455,27 @@ def test_the_active_end_of_an_unanswered_request_cannot_reject_or_accept_it(link
         lst.destroy()
 
 
+def test_closing_the_channel_destroys_a_request_not_answered_yet(link: Link):
+    """Found by the library's fuzzer (tests/lib_model.py): a request's id handed out and not
+    answered (not registered until ACCEPT) still said REQUEST after its channel was closed,
+    though the kernel destroyed it with the fd; now it is DESTROYED, as the channel's other
+    ids, and its calls say the channel is closed. The active end gets the kernel's REJ."""
+    with link.client() as cc:
+        sc = link.server()
+        lst, dst = serve(sc, link)
+        c = routed(cc, dst)
+        c.connect()
+        req = wait(sc, E.CONNECT_REQUEST).id
+        sc.close()
+        assert req.state is State.DESTROYED and lst.state is State.DESTROYED
+        for call in (req.accept, req.reject, req.destroy):
+            with pytest.raises(StateError, match="closed"):
+                call()
+        ev = wait(cc, E.REJECTED, status=None)
+        assert ev.status == RejectReason.CONSUMER_DEFINED
+        c.destroy()
+
+
 def test_destroying_a_request_unanswered_rejects_it_28(link: Link):
     with link.server() as sc, link.client() as cc:
         lst, dst = serve(sc, link)

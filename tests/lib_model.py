@@ -1,0 +1,474 @@
+"""The library's own contract, fuzzed (issue #25, second part): a hypothesis state machine that
+drives pyrdmacm's public API -- :class:`~pyrdmacm.EventChannel` and :class:`~pyrdmacm.CmId` --
+through connections between a server channel and a client channel, with each channel read
+either by the caller (``get_event``) or by a reader thread beside it, and checks what the
+docs promise:
+
+- every event the kernel queued for an id is handed to the program once (``destroy()``'s
+  and ``migrate()``'s ``events_reported`` equal the events handed for the id; no event
+  object is handed twice), and every call's outcome event comes;
+- an id's state after each event read by the caller is the table's (:func:`pyrdmacm.state.after_event`);
+- a channel closed while a thread waits on it ends that wait at once;
+- nothing is left: no cm_id of the process in the kernel (RDMA netlink, on the real kernel),
+  no fd open beyond what the open channels hold.
+
+The tier gives the machine its :class:`conn_behaviour.Link` (``LibMachine.link``): the fake
+fabric's two hosts (tests/test_lib_model.py), or both ends on the lab guest's own address
+(tests/kernel/test_lib_model_lab.py).  A failure shrinks (hypothesis) to the short sequence
+of rules that shows it; the message carries that sequence as calls of the public API.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import queue
+import threading
+import time
+from typing import Any, Dict, List, Optional, Set
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from pyrdmacm import CmId, State
+from pyrdmacm.abi import CmEventType as E
+from pyrdmacm.errors import KernelError, RdmaCmError, StateError
+from pyrdmacm.state import after_event, kind_of
+
+#: how long an outcome may take (loopback MADs; the fake's timers)
+DUE = 10.0
+MAX_IDS = 8
+
+
+class Broken(AssertionError):
+    """The library broke a promise of its docs."""
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+class _Pinned:
+    """hypothesis' data object for a rule called by another rule: draws the one value given."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def draw(self, strategy: Any, label: Optional[str] = None) -> Any:
+        return self.value
+
+
+class Side:
+    """One channel and how it is read: by the caller, or by a reader thread into a queue."""
+
+    def __init__(self, machine: "LibMachine", name: str, threaded: bool) -> None:
+        self.m, self.name, self.threaded = machine, name, threaded
+        self.ch = machine.link.server() if name == "server" else machine.link.client()
+        self.q: "queue.Queue[Any]" = queue.Queue()
+        self.reader: Optional[threading.Thread] = None
+        self.reader_error: List[BaseException] = []
+        if threaded:
+            self.reader = threading.Thread(target=self._read_loop, name="lib-model-%s" % name, daemon=True)
+            self.reader.start()
+
+    def _read_loop(self) -> None:
+        ch = self.ch
+        while not ch.closed:
+            try:
+                ev = ch.get_event(0.5)
+            except StateError:  # closed under us: the wait ends, as documented
+                return
+            except BaseException as e:  # noqa: BLE001 - reported by the machine
+                self.reader_error.append(e)
+                return
+            if ev is not None:
+                self.q.put(ev)
+
+    def next_event(self, timeout: float) -> Any:
+        """The next event handed to the program on this side (None: none within ``timeout``)."""
+        if self.threaded:
+            try:
+                return self.q.get(timeout=timeout)
+            except queue.Empty:
+                return None
+        return self.ch.get_event(timeout)
+
+    def close(self) -> float:
+        """Close the channel: seconds until its reader (if any) has returned."""
+        started = time.monotonic()
+        self.ch.close()
+        if self.reader is not None:
+            self.reader.join(5.0)
+            if self.reader.is_alive():
+                raise Broken("%s channel closed: its reader thread still waits after 5 s" % self.name)
+        return time.monotonic() - started
+
+
+class LibMachine(RuleBasedStateMachine):
+    """Connections through pyrdmacm's public API, checked against what its docs promise."""
+
+    #: the tier sets it: a function giving a new :class:`conn_behaviour.Link`
+    make_link: Any = None
+    #: the kernel tier sets it: the cm_id states RDMA netlink lists for this process
+    kernel_ids: Any = None
+    stats: Dict[str, Any] = {"sequences": 0, "calls": 0, "events": {}}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.link = type(self).make_link()
+        self.fd_base = _fds()
+        self.sides: Dict[str, Side] = {}
+        self.ids: List[CmId] = []
+        self.roles: Dict[int, str] = {}  #: id(cm) -> listener / active / passive
+        self.handed: Dict[int, int] = {}  #: id(cm) -> events handed to the program
+        self.seen: Set[int] = set()  #: id() of every event object handed (none twice)
+        self.kept: List[Any] = []
+        self.peer: Dict[int, CmId] = {}  #: id(cm) -> the other end's id, both ends held
+        self.port_of: Dict[int, int] = {}  #: id(listener) -> its port
+        self.steps: List[str] = []
+        self.ports = iter(range(7600 + os.getpid() % 100 * 10, 10 ** 6))
+        self.kernel_base = type(self).kernel_ids() if type(self).kernel_ids else None
+        LibMachine.stats["sequences"] += 1
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _fail(self, what: str) -> None:
+        raise Broken("%s\n\nsteps:\n  %s" % (what, "\n  ".join(self.steps)))
+
+    def _step(self, text: str) -> None:
+        self.steps.append(text)
+        LibMachine.stats["calls"] += 1
+
+    def _hand(self, side: Side, ev: Any) -> None:
+        """Account for an event handed to the program, and check the state it left."""
+        if id(ev) in self.seen:
+            self._fail("event %r handed twice" % (ev,))
+        self.seen.add(id(ev))
+        self.kept.append(ev)  # alive, so that no later event gets its id()
+        cm = ev.id
+        LibMachine.stats["events"][ev.event.name] = LibMachine.stats["events"].get(ev.event.name, 0) + 1
+        if ev.event is E.CONNECT_REQUEST:
+            if ev.listen_id not in self.ids:
+                self._fail("CONNECT_REQUEST for listener %r, which the program does not hold" % (ev.listen_id,))
+            self.ids.append(cm)
+            self.roles[id(cm)] = "passive"
+            self.handed[id(cm)] = 0
+            self.handed[id(ev.listen_id)] += 1
+            self.steps.append("%s: CONNECT_REQUEST -> a request's id" % side.name)
+        else:
+            if cm not in self.ids:
+                self._fail("%s for an id the program destroyed or never had: %r" % (ev.event.name, cm))
+            self.handed[id(cm)] += 1
+            self.steps.append("%s: %s status %d for %s" % (side.name, ev.event.name, ev.status, self._name(cm)))
+        ev.ack()
+
+    def _name(self, cm: CmId) -> str:
+        return "%s#%d" % (self.roles.get(id(cm), "?"), self.ids.index(cm) if cm in self.ids else -1)
+
+    def _await(self, cm: CmId, events: Set[E], timeout: float = DUE) -> Any:
+        """Read both sides until ``cm`` gets one of ``events`` (CONNECT_REQUEST: a request to the
+        listener ``cm``); the others are accounted as they come.  Both sides are read: the far
+        end's events are what makes it answer (its channel sends the DREP when it reads a
+        DREQ's DISCONNECTED)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if time.monotonic() > deadline:
+                self._fail("none of %s came for %s within %.0f s" % (
+                    sorted(e.name for e in events), self._name(cm), timeout))
+            for side in list(self.sides.values()):
+                if side.reader_error:
+                    self._fail("the %s reader thread failed: %r" % (side.name, side.reader_error[0]))
+                before = cm.state
+                ev = side.next_event(0.05)
+                if ev is None:
+                    continue
+                self._hand(side, ev)
+                if not side.threaded and ev.id is cm and ev.event is not E.CONNECT_REQUEST:
+                    want = after_event(kind_of(cm.ps, cm.qp_type), before, ev.event)
+                    if cm.state is not want and ev.event is not E.DISCONNECTED:
+                        self._fail("%s after %s from %s: the table says %s" % (cm.state, ev.event.name, before,
+                                                                              want))
+                if (ev.event is E.CONNECT_REQUEST and ev.listen_id is cm and E.CONNECT_REQUEST in events) or \
+                        (ev.id is cm and ev.event in events):
+                    return ev
+
+    def _drain(self, quiet: float = 0.3) -> None:
+        """Hand over whatever comes on either side until both are quiet for ``quiet`` s."""
+        while True:
+            got = False
+            for side in list(self.sides.values()):
+                ev = side.next_event(quiet / 2)
+                if ev is not None:
+                    self._hand(side, ev)
+                    got = True
+            if not got:
+                return
+
+    def _live(self, role: str, state: Optional[State] = None) -> List[CmId]:
+        return [c for c in self.ids if self.roles[id(c)] == role and (state is None or c.state is state)]
+
+    def _side_of(self, cm: CmId) -> Side:
+        return next(s for s in self.sides.values() if s.ch is cm.channel)
+
+    # -- rules ---------------------------------------------------------------------------------
+
+    @initialize(server_thread=st.booleans(), client_thread=st.booleans())
+    def open(self, server_thread: bool, client_thread: bool) -> None:
+        self.sides = {"server": Side(self, "server", server_thread), "client": Side(self, "client", client_thread)}
+        self.fd_base_open = _fds()
+        self.steps.append("server channel %s, client channel %s" % (
+            "read by a thread" if server_thread else "read by the caller",
+            "read by a thread" if client_thread else "read by the caller"))
+
+    @precondition(lambda self: len(self.ids) < MAX_IDS)
+    @rule()
+    def listen(self) -> None:
+        s = self.sides["server"]
+        lst = CmId(s.ch)
+        port = next(self.ports)
+        lst.bind_addr("%s:%d" % (self.link.server_ip, port))
+        lst.listen()
+        self.ids.append(lst)
+        self.roles[id(lst)], self.handed[id(lst)] = "listener", 0
+        self.port_of[id(lst)] = port
+        self._step("listener%d = CmId(server); bind_addr(:%d); listen()" % (self.ids.index(lst), port))
+
+    @precondition(lambda self: len(self.ids) < MAX_IDS - 1)
+    @rule(data=st.data())
+    def connect(self, data: st.DataObject) -> None:
+        listeners = self._live("listener")
+        if not listeners:
+            return
+        lst = data.draw(st.sampled_from(listeners), label="listener")
+        c = self.sides["client"]
+        cm = CmId(c.ch)
+        self.ids.append(cm)
+        self.roles[id(cm)], self.handed[id(cm)] = "active", 0
+        self._step("active%d = CmId(client); resolve, route, connect to listener%d" % (
+            self.ids.index(cm), self.ids.index(lst)))
+        cm.resolve_addr("%s:%d" % (self.link.server_ip, self.port_of[id(lst)]), timeout_ms=2000)
+        self._await(cm, {E.ADDR_RESOLVED})
+        cm.resolve_route(2000)
+        self._await(cm, {E.ROUTE_RESOLVED})
+        cm.connect()
+        self._await(lst, {E.CONNECT_REQUEST})
+        req = self.ids[-1]  # the request's id, made as its event was handed
+        self.peer[id(req)], self.peer[id(cm)] = cm, req
+
+    @precondition(lambda self: len(self.ids) < MAX_IDS - 2)
+    @rule()
+    def handshake(self) -> None:
+        """A whole connection (a listener first if there is none): listen, connect, accept,
+        establish; the other rules then take it apart."""
+        if not self._live("listener"):
+            self.listen()
+
+        lst = self._live("listener")[0]
+        self.connect(_Pinned(lst))
+        req = self.ids[-1]
+        if self.roles[id(req)] != "passive":
+            return
+        self.answer(_Pinned(req), "accept")
+        cm = self.peer.get(id(req))
+        if cm is not None and cm.state is State.RESPONSE:
+            self.establish(_Pinned(cm))
+
+    @rule(data=st.data(), how=st.sampled_from(["accept", "accept", "reject"]))
+    def answer(self, data: st.DataObject, how: str) -> None:
+        reqs = self._live("passive", State.REQUEST)
+        if not reqs:
+            return
+        req = data.draw(st.sampled_from(reqs), label="request")
+        peer = self.peer.get(id(req))
+        alive = peer is not None and peer in self.ids
+        self._step("%s.%s()%s" % (self._name(req), how, "" if alive else "  # its active end is gone"))
+        try:
+            getattr(req, how)()
+        except KernelError as e:
+            # the active end went away first: its REJ may have reached the request's id (the
+            # fake), or been dropped by its IB CM (the kernel: a REJ from REQ_SENT names no comm
+            # id of ours), so the answer may be refused, as documented (destroy this id)
+            if alive or e.errno != errno.EINVAL:
+                self._fail("%s.%s() refused: %s" % (self._name(req), how, e))
+            return
+        if alive:
+            self._await(peer, {E.CONNECT_RESPONSE} if how == "accept" else {E.REJECTED})
+
+    @rule(data=st.data())
+    def establish(self, data: st.DataObject) -> None:
+        ids = self._live("active", State.RESPONSE)
+        if not ids:
+            return
+        cm = data.draw(st.sampled_from(ids), label="active id")
+        self._step("%s.establish()" % self._name(cm))
+        cm.establish()
+        req = self.peer.get(id(cm))
+        if req is not None and req in self.ids:
+            self._await(req, {E.ESTABLISHED})
+
+    @rule(data=st.data())
+    def disconnect(self, data: st.DataObject) -> None:
+        ids = [c for c in self.ids if c.state is State.CONNECTED]
+        if not ids:
+            return
+        cm = data.draw(st.sampled_from(ids), label="id")
+        self._step("%s.disconnect()" % self._name(cm))
+        cm.disconnect()
+        self._await(cm, {E.DISCONNECTED})
+
+    @rule(data=st.data())
+    def destroy(self, data: st.DataObject) -> None:
+        if not self.ids:
+            return
+        cm = data.draw(st.sampled_from(self.ids), label="id")
+        self._drain(0.2)  # events on their way are read first (or they are the kernel's to count)
+        if cm not in self.ids:
+            return
+        self._step("%s.destroy()" % self._name(cm))
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # unacked events are not possible here: every one is acked
+            reported = cm.destroy()
+        if reported != self.handed[id(cm)]:
+            self._fail("%s.destroy() reported %d events; %d were handed to the program" % (
+                self._name(cm), reported, self.handed[id(cm)]))
+        self.ids.remove(cm)
+
+    @precondition(lambda self: self.link.server_ip == self.link.client_ip)  # one host: its two channels
+    @rule(data=st.data())
+    def migrate(self, data: st.DataObject) -> None:
+        ids = [c for c in self.ids if self.roles[id(c)] != "listener"]
+        if not ids:
+            return
+        cm = data.draw(st.sampled_from(ids), label="id")
+        old = self._side_of(cm)
+        new = self.sides["client" if old.name == "server" else "server"]
+        self._drain(0.2)
+        self._step("%s.migrate(%s channel)" % (self._name(cm), new.name))
+        reported = cm.migrate(new.ch)
+        if reported != self.handed[id(cm)]:
+            self._fail("%s.migrate() reported %d events; %d were handed" % (self._name(cm), reported,
+                                                                         self.handed[id(cm)]))
+
+    @rule(which=st.sampled_from(["server", "client"]))
+    def close_channel(self, which: str) -> None:
+        side = self.sides[which]
+        self._drain(0.2)
+        self._step("%s channel closed" % which)
+        gone = [c for c in self.ids if c.channel is side.ch]
+        took = side.close()
+        for c in gone:
+            if c.state is not State.DESTROYED:
+                self._fail("%s is %s after its channel was closed" % (self._name(c), c.state))
+            try:
+                c.destroy()
+            except StateError:
+                pass
+            else:
+                self._fail("%s.destroy() after its channel was closed did not say so" % self._name(c))
+            self.ids.remove(c)
+        if took > 5:
+            self._fail("closing the %s channel took %.1f s" % (which, took))
+        self.sides[which] = Side(self, which, side.threaded)
+        self._drain(0.5)  # what the closed ids sent the other side (REJ, DREQ)
+
+    # -- invariants ------------------------------------------------------------------------------
+
+    @invariant()
+    def nothing_left_behind(self) -> None:
+        if not self.sides:
+            return
+        for s in self.sides.values():
+            if s.reader_error:
+                self._fail("the %s reader thread failed: %r" % (s.name, s.reader_error[0]))
+        fds = _fds()
+        if fds != self.fd_base_open:
+            self._fail("%d fds open, %d with the two channels open" % (fds, self.fd_base_open))
+
+    def teardown(self) -> None:
+        for s in self.sides.values():
+            try:
+                s.close()
+            except RdmaCmError:
+                pass
+        fds = _fds()
+        if fds != self.fd_base:
+            self._fail("%d fds open after both channels closed, %d before" % (fds, self.fd_base))
+        if type(self).kernel_ids is not None:
+            deadline = time.monotonic() + 3
+            while True:
+                left = [x for x in type(self).kernel_ids() if x not in self.kernel_base]
+                if not left or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            if left:
+                self._fail("both channels closed, yet RDMA netlink lists cm_ids of this process: %s" % left)
+
+
+def run(make_link: Any, seed: int, examples: int, steps: int, kernel_ids: Any = None) -> Optional[str]:
+    """One hypothesis run of :class:`LibMachine` on the links ``make_link`` gives: None, or
+    the shrunk failure's message."""
+    import hypothesis
+    from hypothesis import HealthCheck, Phase, settings
+    from hypothesis.stateful import get_state_machine_test
+
+    LibMachine.make_link = staticmethod(make_link)
+    LibMachine.kernel_ids = staticmethod(kernel_ids) if kernel_ids else None
+    test = get_state_machine_test(LibMachine, settings=settings(
+        max_examples=examples, stateful_step_count=steps, deadline=None, database=None,
+        suppress_health_check=list(HealthCheck), phases=[Phase.generate, Phase.shrink], print_blob=False))
+    try:
+        hypothesis.seed(seed)(test)()
+    except Broken as e:
+        return str(e)
+    return None
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """A campaign (tools/fuzz --machine library): on this host's rdma_cm, both ends on
+    ``--address`` (the lab guest's own by default), or ``--fake`` on the fake fabric."""
+    import collections
+    import contextlib
+
+    import fuzz_runner
+    from conn_behaviour import Link
+
+    p = fuzz_runner.parser("fuzz pyrdmacm's own contract (see tools/fuzz)", 8, 15)
+    p.add_argument("--fake", action="store_true", help="on the fake fabric instead of the kernel")
+    p.add_argument("--address", default="10.0.2.15", help="the address both ends use (default: the lab's)")
+    a = p.parse_args(argv)
+    with contextlib.ExitStack() as stack:
+        if a.fake:
+            from pyrdmacm.testing import FakeFabric
+
+            def make() -> Any:
+                fab = stack.enter_context(FakeFabric(timewait_ms=50, dreq_latency_ms=5))
+                return Link(fab.host("10.9.0.1"), fab.host("10.9.0.2"), "10.9.0.1", "10.9.0.2", 1.0)
+            kernel_ids = None
+        else:
+            from pyrdmacm._device import KernelDevice
+            from ucma_model import netlink_states
+
+            def make() -> Any:
+                return Link(KernelDevice, KernelDevice, a.address, a.address, 10.0)
+
+            def kernel_ids() -> Any:
+                return netlink_states(os.getpid())
+        LibMachine.stats = {"sequences": 0, "calls": 0, "events": {}}
+        seed = fuzz_runner.seed_of(a)
+        n, found, took = fuzz_runner.rounds(a.minutes * 60, seed,
+                                            lambda s: run(make, s, a.examples, a.steps, kernel_ids), "library, ")
+    st_ = LibMachine.stats
+    fig = {"machine": "library" + (" on the fake fabric" if a.fake else ""),
+           "kernel": "fake" if a.fake else os.uname().release, "seed": seed, "rounds": n, "seconds": took,
+           "sequences": st_["sequences"], "commands": st_["calls"], "errnos": collections.Counter(),
+           "events": st_["events"], "disagreements": found}
+    return fuzz_runner.finish(fig, a.json)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.exit(main())

@@ -29,7 +29,8 @@ _DESTROYED = State.DESTROYED
 _R = TypeVar("_R")
 
 
-def _known_device(devices: Iterable["Device"], index: Optional[int], node_guid: int) -> Optional[Tuple[str, int]]:
+def _known_device(devices: Iterable["Device"], index: Optional[int],
+                  node_guid: int) -> Optional[Tuple[Optional[str], Optional[int]]]:
     """(name, index) of the one device of ``devices`` the kernel's index (when it sends one)
     or else node GUID names, None when not exactly one does."""
     if index is not None and index >= 0:

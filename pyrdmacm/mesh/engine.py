@@ -211,7 +211,7 @@ async def _cell(ach: Any, cell: Cell, src: Any, dst: Any, ps: Any, timeout_ms: i
         who = parse_identity(ev.param.private_data)
         if who is not None:
             cell.agent = who
-            if who.get("addr") not in (None, cell.dst.split("%")[0]):
+            if who.get("addr") not in (None, (cell.dst or "").split("%")[0]):
                 cell.outcome = "wrong-host"
                 cell.detail = "answered by %s (rail %s, address %s), not %s" % (
                     who.get("host"), who.get("rail"), who.get("addr"), cell.dst)
@@ -292,7 +292,7 @@ async def check_async(rails: Sequence[Rail], targets: Sequence[Target], *, port:
             try:
                 await _cell(ach, c, src, dst, pspace, timeout_ms, devs, gids)
                 if not c.ok:
-                    c.why = await asyncio.get_running_loop().run_in_executor(explainer, _why, c.dst, c.src, devs)
+                    c.why = await asyncio.get_running_loop().run_in_executor(explainer, _why, c.dst or "", c.src, devs)
             finally:
                 if on_cell is not None:
                     on_cell(c)

@@ -10,13 +10,14 @@ from ucma_model import Disagreement
 
 
 class _Chan:
-    """Stands in for a Raw channel: every command answers ``answer``; replies read zero."""
+    """Stands in for a Raw channel: ACCEPT and REJECT answer ``answer``, the others 0; replies
+    read zero."""
 
     def __init__(self, answer=0):
         self.answer = answer
 
     def send(self, name, fields, out=None):
-        return self.answer
+        return self.answer if name in ("ACCEPT", "REJECT") else 0
 
     def reply_of(self, name):
         return {"events_reported": 0, "id": 0}
@@ -63,8 +64,8 @@ def test_an_end_going_away_is_what_its_peer_sees(gone, a_cm, p_cm, owes):
     got = [(o[0], set(o[1])) for o in other.owed]
     assert got == ([] if owes is None else [(owes[1], owes[2])])
     assert other.peer is None
-    if a_cm == "req_sent" and gone == "a":  # its REJ names no comm id of the request's: dropped there
-        assert p.cm == "req_rcvd"
+    if a_cm == "req_sent" and gone == "a":  # its REJ 4 reaches the request's id, in its own time
+        assert p.cm == "rej_coming"
 
 
 def test_a_rej_before_any_answer_leaves_the_request_an_orphan_that_may_still_answer():
@@ -155,3 +156,17 @@ def test_the_machine_has_the_crossing_rules_of_its_mixin():
     rules = {name for name, f in inspect.getmembers(ConnMachine) if getattr(f, RULE_MARKER, None) is not None}
     assert {"disconnect_both", "destroy_both", "connect_then_destroy_listener", "establish_then_destroy_passive",
             "migrate", "handshake", "progress", "listen", "prepare", "destroy", "close_channel"} <= rules
+
+
+@pytest.mark.parametrize("answer", [0, cm.EINVAL])
+def test_a_destroy_in_req_sent_sends_a_rej_that_reaches_the_request_in_its_own_time(answer):
+    """Found by the 30-minute campaigns on 5.10 and 7.2 (seed 20261331; a model bug): the REJ 4
+    of a DESTROY in REQ_SENT, unlike REJECT's, finds the request's id (cm_acquire_rejected_id
+    looks a TIMEOUT up by the sender's comm id), which goes idle when it arrives: an answer
+    written before that is taken, one after is refused."""
+    m = _machine(answer=answer)
+    a, p = _pair(m, "req_sent", "req_rcvd", p_uid=0)
+    m._destroy(a)
+    assert p.cm == "rej_coming" and p.peer is None
+    m._reject(p, 28)  # the channel answers `answer`: both are the model's
+    assert p.cm == "idle"

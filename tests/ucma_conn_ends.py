@@ -23,7 +23,7 @@ PORTS = (7481, 7482)
 DUE = 5.0
 MAX_IDS = 8
 #: the IB CM's states of one end, as far as the model follows them
-CM = ("", "req_sent", "req_rcvd", "rep_sent", "rep_rcvd", "est", "dreq_sent", "dreq_rcvd", "timewait",
+CM = ("", "req_sent", "req_rcvd", "rej_coming", "rep_sent", "rep_rcvd", "est", "dreq_sent", "dreq_rcvd", "timewait",
       "ending", "idle")
 
 
@@ -89,13 +89,18 @@ def rejected_by(ids: List[Cid], c: Cid, reason: int) -> bool:
         return False
     peer = c.peer if c.peer in ids else None
     if c.cm == "req_sent":
-        # found by the first campaigns (5.10 and 7.2, a model bug): a REJ sent before any
-        # answer names no comm id of the other end, whose IB CM drops it: the request's
-        # id stays in REQ_RCVD (REJECT and ACCEPT still legal there), an orphan whose
-        # answers reach nobody
+        # found by the first campaigns (5.10 and 7.2, model bugs): a REJ sent before any
+        # answer names no comm id of the other end. REJECT's (reason 28 or 35) is dropped
+        # there: the request's id stays in REQ_RCVD (REJECT and ACCEPT still legal), an
+        # orphan whose answers reach nobody. DESTROY's (reason 4, TIMEOUT) is looked up by
+        # the sender's comm id instead (cm.c: cm_acquire_rejected_id) and reaches it: the
+        # request's id goes back to idle -- when it arrives, which no event shows (the
+        # request's id has uid 0): until then its REJECT and ACCEPT may still be taken
         if peer is not None:
             peer.peer = None
             peer.may["UNREACHABLE"] = frozenset({-ETIMEDOUT})  # its REP's retries may run out
+            if reason == 4 and peer.cm == "req_rcvd":
+                peer.cm = "rej_coming"
         c.peer = None
     elif peer is not None and peer.cm in ("req_sent", "rep_sent", "rep_rcvd"):
         owe(peer, "REJECTED", frozenset({reason}))

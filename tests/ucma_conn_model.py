@@ -314,7 +314,15 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
                          "%#x, 'conn_param.retry_count': 5, 'conn_param.rnr_retry_count': 5, "
                          "'conn_param.responder_resources': 1, 'conn_param.initiator_depth': 1})"
                          % (c.ch, c.name, uid, valid, qpn))
-        want = self._table(c, C.ACCEPT) or accepted(self.ids, c, valid, qpn, uid)
+        want = self._table(c, C.ACCEPT)
+        if not want and c.cm == "rej_coming":  # the peer's REJ 4 on its way: taken, or refused
+            c.cm = "req_rcvd" if err == 0 else "idle"
+            if err == 0:
+                want = accepted(self.ids, c, valid, qpn, uid)
+            else:
+                want = EINVAL
+        elif not want:
+            want = accepted(self.ids, c, valid, qpn, uid)
         self._expect("ACCEPT valid=%d on %s" % (valid, show(c)), err, want)
 
     @rule(data=st.data(), valid=st.sampled_from([1, 1, 1, 0]))
@@ -346,6 +354,8 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
         err = self._send(c, c.ch, "REJECT", {"id": c.handle, "reason": reason},
                          "ch[%d].send('REJECT', {'id': %s, 'reason': %d})" % (c.ch, c.name, reason))
         want = self._table(c, C.REJECT)
+        if not want and c.cm == "rej_coming":  # the peer's REJ 4 on its way: taken, or refused
+            c.cm = "req_rcvd" if err == 0 else "idle"
         if not want:
             want = 0 if rejected_by(self.ids, c, reason or 28) else EINVAL  # ucma_reject: 0 is 28
         self._expect("REJECT reason %d on %s" % (reason, show(c)), err, want)
@@ -401,9 +411,9 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
         c = data.draw(st.sampled_from(ids), label="id to advance")
         if c.state is K.ROUTE_RESOLVED:
             self._connect(c)
-        elif c.cm == "req_rcvd" and data.draw(st.integers(0, 3), label="reject instead") == 0:
+        elif c.cm in ("req_rcvd", "rej_coming") and data.draw(st.integers(0, 3), label="reject instead") == 0:
             self._reject(c, 28)
-        elif c.cm == "req_rcvd":
+        elif c.cm in ("req_rcvd", "rej_coming"):
             self._accept(c, 1)
         elif c.cm == "rep_rcvd":
             self._accept(c, 0)

@@ -159,3 +159,29 @@ def test_replay_a_rej_before_any_answer_is_dropped_far_and_wedges_destroy_near()
         m.kernel_agrees()
     finally:
         m.teardown()
+
+
+def test_replay_a_destroy_in_req_sent_rejects_the_request_with_its_rej_4():
+    """Found by the 30-minute campaigns on 5.10 and 7.2 (seed 20261331; a model bug): unlike
+    REJECT's REJ, DESTROY's REJ 4 (TIMEOUT) from REQ_SENT reaches the request's id (the IB CM
+    looks a TIMEOUT up by the sender's comm id): once it has arrived, the request's id
+    answers REJECT and ACCEPT with EINVAL. No event shows its arrival (the id has uid 0): a
+    second is plenty on loopback."""
+    m = _machine()
+    try:
+        m.listen(1, cm.PORTS[0], 8)
+        m.prepare(0, cm.PORTS[0])
+        a = m.ids[-1]
+        m._connect(a)
+        m._settle()
+        p = a.peer
+        m._destroy(a)
+        assert p.cm == "rej_coming"
+        time.sleep(1.0)
+        m._reject(p, 28)
+        assert m.script[-1].endswith("REJECT -> EINVAL"), m.script[-1]
+        m._accept(p, 1)
+        assert m.script[-1].endswith("ACCEPT -> EINVAL"), m.script[-1]
+        m.kernel_agrees()
+    finally:
+        m.teardown()

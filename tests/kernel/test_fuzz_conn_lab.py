@@ -131,6 +131,7 @@ def test_replay_a_rej_before_any_answer_is_dropped_far_and_wedges_destroy_near()
                       % a.name)
         assert err == 0
         cm.rejected_by(m.ids, a, 28)
+        time.sleep(1.0)  # the REJ has arrived by now, had it been taken (cf. DESTROY's REJ 4 below)
         m._reject(p, 35)
         assert m.script[-1].endswith("REJECT -> ok"), m.script[-1]
         assert not m._read(a.ch, 0.5), "an event came on the active end's channel"

@@ -51,7 +51,7 @@ from pyrdmacm.addr import parse_address
 from ucma_conn_crossing import Crossings
 from ucma_conn_ends import (DUE, MAX_IDS, PORTS, Cid, accepted, disconnect_sent, gone, owe,
                             rejected_by, show)
-from ucma_model import LOCAL, CLOSED_PORT, Disagreement, match_states, netlink_states
+from ucma_model import LOCAL, CLOSED_PORT, Disagreement, _en, match_states, netlink_states, nothing_left
 
 C = abi.UserCmCmd
 K = abi.RdmaCmState
@@ -488,24 +488,9 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
             for raw in self.chans:
                 raw.close()
             self.script.append("for c in ch: c.close()")
-            deadline = time.monotonic() + 2.0
-            while True:  # ids in timewait go when it ends
-                left = list((collections.Counter(netlink_states(self.pid)) -
-                             collections.Counter(self.baseline)).elements())
-                if not left or time.monotonic() > deadline:
-                    break
-                time.sleep(0.1)
-            if left:
-                self._fail("every channel is closed, yet RDMA netlink still lists cm_ids of this process: %s" % left)
-            problems = self.log.new_problems()
-            if problems:
-                self._fail("the kernel log has new problem lines:\n  " + "\n  ".join(problems[:10]))
+            nothing_left(self.pid, self.baseline, self.log, self._fail, wait_s=2.0)  # timewaits end
         finally:
             self.log.close()
-
-
-def _en(err: int) -> str:
-    return "ok" if err == 0 else errno.errorcode.get(err, str(err))
 
 
 # -- campaigns -------------------------------------------------------------------------------

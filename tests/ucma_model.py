@@ -1221,14 +1221,26 @@ class UcmaMachine(RuleBasedStateMachine):
                     raw.close()
                     self.chans[i] = None
             self.script.append("for c in ch: c and c.close()")
-            left = list((collections.Counter(netlink_states(self.pid)) - collections.Counter(self.baseline)).elements())
-            if left:
-                self._fail("every channel is closed, yet RDMA netlink still lists cm_ids of this process: %s" % left)
-            problems = self.log.new_problems()
-            if problems:
-                self._fail("the kernel log has new problem lines:\n  " + "\n  ".join(problems[:10]))
+            nothing_left(self.pid, self.baseline, self.log, self._fail)
         finally:
             self.log.close()
+
+
+def nothing_left(pid: int, baseline: Sequence[str], log: Any, fail: Callable[[str], None], wait_s: float = 0.0) -> None:
+    """The end of a sequence, every channel closed: no cm_id of ``pid`` beyond ``baseline`` in
+    RDMA netlink (waiting up to ``wait_s`` for ids that go when a timewait ends), no new
+    problem line in the kernel ``log``; ``fail`` otherwise."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = list((collections.Counter(netlink_states(pid)) - collections.Counter(baseline)).elements())
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    if left:
+        fail("every channel is closed, yet RDMA netlink still lists cm_ids of this process: %s" % left)
+    problems = log.new_problems()
+    if problems:
+        fail("the kernel log has new problem lines:\n  " + "\n  ".join(problems[:10]))
 
 
 def _en(err: int) -> str:

@@ -62,6 +62,17 @@ def _machine():
     return cm.ConnMachine()
 
 
+def _requested(m, listener_ch, active_ch, port=cm.PORTS[0]):
+    """A listener on ``port`` (channel ``listener_ch``), an active id connected to it (channel
+    ``active_ch``), the request read: (the active id, the request's id)."""
+    m.listen(listener_ch, port, 8)
+    m.prepare(active_ch, port)
+    a = m.ids[-1]
+    m._connect(a)
+    m._settle()
+    return a, a.peer
+
+
 def test_replay_a_whole_connection_and_its_teardown_from_the_passive_end():
     """The handshake on the lab's own address, the passive end's DREQ, the active end's
     DREP: both ends DISCONNECTED once, netlink's states as the model's after each step."""
@@ -92,12 +103,8 @@ def test_replay_the_rtu_then_the_passive_end_destroyed_at_once():
     DISCONNECTED queued; the model now allows that as well as the REJ 28 of the other order."""
     m = _machine()
     try:
-        m.listen(0, cm.PORTS[1], 8)
-        m.prepare(0, cm.PORTS[1])
-        a = m.ids[-1]
-        m._connect(a)
-        m._settle()
-        m._accept(a.peer, 1)
+        a, p = _requested(m, 0, 0, cm.PORTS[1])
+        m._accept(p, 1)
         m._settle()
         m.establish_then_destroy_passive(_Pick(**{"active id": a}))
         deadline = time.monotonic() + 5
@@ -120,12 +127,7 @@ def test_replay_a_rej_before_any_answer_is_dropped_far_and_wedges_destroy_near()
 
     m = _machine()
     try:
-        m.listen(1, cm.PORTS[0], 8)
-        m.prepare(1, cm.PORTS[0])
-        a = m.ids[-1]
-        m._connect(a)
-        m._settle()
-        p = a.peer
+        a, p = _requested(m, 1, 1)
         assert p is not None and p.cm == "req_rcvd"
         err = m._send(a, a.ch, "REJECT", {"id": a.handle, "reason": 0}, "ch[1].send('REJECT', {'id': %s, 'reason': 0})"
                       % a.name)
@@ -170,12 +172,7 @@ def test_replay_a_destroy_in_req_sent_rejects_the_request_with_its_rej_4():
     second is plenty on loopback."""
     m = _machine()
     try:
-        m.listen(1, cm.PORTS[0], 8)
-        m.prepare(0, cm.PORTS[0])
-        a = m.ids[-1]
-        m._connect(a)
-        m._settle()
-        p = a.peer
+        a, p = _requested(m, 1, 0)
         m._destroy(a)
         assert p.cm == "rej_coming"
         time.sleep(1.0)

@@ -53,9 +53,9 @@ KNOWN_BUGS: Dict[str, KernelBug] = {b.name: b for b in (
         "refuses both calls in that state before any write",
         (5, 10), None,
         "the connection fuzzer's first campaigns (tests/ucma_conn_model.py), then timed in the lab: "
-        "DESTROY_ID blocked 101.8-102.4 s on 5.10, 6.1 and 7.2 and 77.2 s on 6.12, whatever the far "
-        "end did with the request (rejected, accepted, left), with a second CONNECT_REQUEST at the "
-        "listener on 5.10 and 6.12; destroying the id without the REJECT returns at once"),
+        "DESTROY_ID blocked 101.6-102.4 s on 5.10 and 6.1 and 76.3-77.2 s on 6.12 and 7.2, whatever "
+        "the far end did with the request (rejected, accepted, left), with one more CONNECT_REQUEST "
+        "at the listener on each of the four; destroying the id without the REJECT returns at once"),
 )}
 
 

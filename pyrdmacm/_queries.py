@@ -29,20 +29,6 @@ _DESTROYED = State.DESTROYED
 _R = TypeVar("_R")
 
 
-def _known_device(devices: Iterable["Device"], index: Optional[int],
-                  node_guid: int) -> Optional[Tuple[Optional[str], Optional[int]]]:
-    """(name, index) of the one device of ``devices`` the kernel's index (when it sends one)
-    or else node GUID names, None when not exactly one does."""
-    if index is not None and index >= 0:
-        found = [d for d in devices if d.index == index and (not node_guid or not d.node_guid or d.node_guid == node_guid)]
-    else:
-        found = [d for d in devices if node_guid and d.node_guid == node_guid]
-    if len(found) != 1:
-        return None
-    d = found[0]
-    return d.name, (index if index is not None else d.index)
-
-
 class Queries(Life):
     """The queries of an id (a mixin of :class:`~pyrdmacm.cmid.CmId`, which has the rest)."""
 
@@ -100,8 +86,15 @@ class Queries(Life):
 
         device = None
         if r.node_guid or (r.ibdev_index is not None and r.port_num):
-            known = _known_device(devices, r.ibdev_index, r.node_guid) if devices is not None else None
-            name, index = known or ch._t.identify_device(r.ibdev_index, r.node_guid)
+            known = None
+            if devices is not None:  # the caller read them (so pyrdmacm.devices is loaded already)
+                from .devices import find_device
+
+                known = find_device(r.ibdev_index, r.node_guid or None, devices=devices)
+            if known is not None:
+                name, index = known.name, (r.ibdev_index if r.ibdev_index is not None else known.index)
+            else:
+                name, index = ch._t.identify_device(r.ibdev_index, r.node_guid)
             device = DeviceRef(name, index, r.node_guid)
         info = AddrInfo(r.src, r.dst, device, r.port_num, r.pkey)
         cache[0] = info  # into the list taken before asking: an event meanwhile dropped it

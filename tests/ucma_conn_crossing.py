@@ -95,8 +95,8 @@ class Crossings:
         new = 1 - c.ch
         raw = self.chans[new]
         raw.reply.clear()
-        err = self._send(c, new, "MIGRATE_ID", {"id": c.handle, "fd": self.chans[c.ch].dev.fileno()},
-                         "ch[%d].send('MIGRATE_ID', {'id': %s, 'fd': ch[%d].dev.fileno()})" % (new, c.name, c.ch))
+        err = self._send(new, "MIGRATE_ID", {"id": c.handle, "fd": self.chans[c.ch].dev.fileno()},
+                         {"fd": "ch[%d].dev.fileno()" % c.ch})
         self._expect("MIGRATE_ID of %s" % show(c), err, 0)
         reported = int(raw.reply_of("MIGRATE_ID")["events_reported"])
         if reported != c.read:

@@ -38,7 +38,6 @@ import collections
 import errno
 import os
 import select
-import struct
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -46,6 +45,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from pyrdmacm import abi, kernel_rules
+from pyrdmacm._codec import CODECS
 from pyrdmacm.addr import parse_address
 
 from ucma_conn_crossing import Crossings
@@ -54,6 +54,12 @@ from ucma_conn_ends import (DUE, MAX_IDS, PORTS, Cid, accepted, disconnect_sent,
 from ucma_model import LOCAL, CLOSED_PORT, Disagreement, _en, match_states, netlink_states, nothing_left
 
 C = abi.UserCmCmd
+#: the connection parameters every CONNECT and ACCEPT carries besides valid and qp_num
+_CONN_PARAM = {"conn_param.retry_count": 5, "conn_param.rnr_retry_count": 5, "conn_param.responder_resources": 1,
+               "conn_param.initiator_depth": 1}
+#: fields the reproducer shows in hex
+_HEX = frozenset({"uid", "conn_param.qp_num"})
+_CONN = CODECS["rdma_ucm_conn_param"]
 K = abi.RdmaCmState
 EV = abi.CmEventType
 EINVAL = errno.EINVAL
@@ -92,12 +98,19 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
         self.counter += 1
         return "%s%d" % (prefix, self.counter)
 
-    def _send(self, c: Optional[Cid], ch: int, name: str, fields: Dict[str, Any], code: str) -> int:
-        raw = self.chans[ch]
-        err = raw.send(name, fields)
+    def _send(self, ch: int, name: str, fields: Dict[str, Any], shown: Optional[Dict[str, str]] = None,
+              note: str = "") -> int:
+        """Write command ``name`` with ``fields`` on channel ``ch``; the reproducer's line is
+        made from the same fields (an id by its variable, ``shown`` for values a script writes
+        otherwise: a packed address, another channel's fd)."""
+        err = self.chans[ch].send(name, fields)
         ConnMachine.stats["commands"] += 1
         ConnMachine.stats["errnos"][(name, _en(err))] += 1
-        self.script.append("err = %s  # %s -> %s" % (code, name, _en(err)))
+        shown = shown or {}
+        names = {c.handle: c.name for c in self.ids}
+        args = ", ".join("%r: %s" % (k, shown[k] if k in shown else names.get(v, str(v)) if k == "id" else
+                                     "%#x" % v if k in _HEX else repr(v)) for k, v in fields.items())
+        self.script.append("err = ch[%d].send(%r, {%s})  # %s -> %s%s" % (ch, name, args, name, _en(err), note))
         return err
 
     def _expect(self, what: str, err: int, want: int) -> None:
@@ -127,9 +140,10 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
         if err:
             self.script.append("err = ch[%d].get_event()  # -> %s" % (ch, _en(err)))
             self._fail("GET_EVENT on ch[%d]: the kernel answered %s" % (ch, _en(err)))
-        uid, handle, ev, status = struct.unpack_from("<QIII", raw.reply.view)
-        qpn = struct.unpack_from("<I", raw.reply.view, 20)[0]
-        status = status - (1 << 32) if status & 0x80000000 else status
+        r = raw.reply_of("GET_EVENT")
+        uid, handle, ev, status = r["uid"], r["id"], r["event"], r["status"]
+        qpn = _CONN.unpack_dict(r["param"][:_CONN.size])["qp_num"]  # the peer's QP number, in the conn param
+        status = status - (1 << 32) if status & 0x80000000 else status  # a negative errno or a reason
         name = EV(ev).name if ev in EV._value2member_map_ else str(ev)
         ConnMachine.stats["events"][name] += 1
         self.script.append("select.select([ch[%d].dev.fileno()], [], [], %s); err = ch[%d].get_event()  "
@@ -158,7 +172,7 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
         if name == "DISCONNECTED":
             c.state = K.DISCONNECT
             c.may["TIMEWAIT_EXIT"] = frozenset({0})  # the IB CM's timewait ends with it, if the id lives
-        if name in ("REJECTED",) and c.cm in ("req_sent", "rep_rcvd", "rep_sent"):
+        if name == "REJECTED" and c.cm in ("req_sent", "rep_rcvd", "rep_sent"):
             c.cm = "idle"
 
     def _request(self, ch: int, uid: int, handle: int, status: int, qpn: int) -> bool:
@@ -209,8 +223,7 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
         raw.reply.clear()
         uid = 0x1000 + self.counter + 1
         name = self._next("h")
-        err = self._send(None, ch, "CREATE_ID", {"uid": uid, "ps": abi.PortSpace.TCP, "qp_type": abi.QpType.RC},
-                         "ch[%d].send('CREATE_ID', {'uid': %d, 'ps': 0x106, 'qp_type': 2})" % (ch, uid))
+        err = self._send(ch, "CREATE_ID", {"uid": uid, "ps": int(abi.PortSpace.TCP), "qp_type": int(abi.QpType.RC)})
         self._expect("CREATE_ID", err, 0)
         handle = int(raw.reply_of("CREATE_ID")["id"])
         self.script.append("%s = int(ch[%d].reply_of('CREATE_ID')['id'])" % (name, ch))
@@ -226,11 +239,10 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
             return
         c = self._create(ch)
         addr = parse_address(LOCAL, port)
-        err = self._send(c, ch, "BIND", {"id": c.handle, "addr_size": addr.size, "addr": addr.pack_storage()},
-                         "ch[%d].bind(%s, parse_address(%r, %d))" % (ch, c.name, LOCAL, port))
+        err = self._send(ch, "BIND", {"id": c.handle, "addr_size": addr.size, "addr": addr.pack_storage()},
+                         {"addr": "parse_address(%r, %d).pack_storage()" % (LOCAL, port)})
         self._expect("BIND %s:%d" % (LOCAL, port), err, 0)
-        err = self._send(c, ch, "LISTEN", {"id": c.handle, "backlog": backlog},
-                         "ch[%d].send('LISTEN', {'id': %s, 'backlog': %d})" % (ch, c.name, backlog))
+        err = self._send(ch, "LISTEN", {"id": c.handle, "backlog": backlog})
         self._expect("LISTEN", err, 0)
         c.role, c.state, c.port = "listener", K.LISTEN, port
 
@@ -241,16 +253,15 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
         names), its route resolved."""
         self._settle()
         c = self._create(ch)
-        err = self._send(c, ch, "RESOLVE_ADDR", {"id": c.handle, "timeout_ms": 2000, "dst_size": 16,
-                                                 "dst_addr": parse_address(LOCAL, port).pack_storage()},
-                         "ch[%d].resolve(%s, parse_address(%r, %d))" % (ch, c.name, LOCAL, port))
+        err = self._send(ch, "RESOLVE_ADDR", {"id": c.handle, "timeout_ms": 2000, "dst_size": 16,
+                                             "dst_addr": parse_address(LOCAL, port).pack_storage()},
+                         {"dst_addr": "parse_address(%r, %d).pack_storage()" % (LOCAL, port)})
         self._expect("RESOLVE_ADDR", err, 0)
         c.role, c.port = "active", port
         owe(c, "ADDR_RESOLVED", frozenset({0}))
         self._settle([c])
         c.state = K.ADDR_RESOLVED
-        err = self._send(c, ch, "RESOLVE_ROUTE", {"id": c.handle, "timeout_ms": 2000},
-                         "ch[%d].send('RESOLVE_ROUTE', {'id': %s, 'timeout_ms': 2000})" % (ch, c.name))
+        err = self._send(ch, "RESOLVE_ROUTE", {"id": c.handle, "timeout_ms": 2000})
         self._expect("RESOLVE_ROUTE", err, 0)
         owe(c, "ROUTE_RESOLVED", frozenset({0}))
         self._settle([c])
@@ -262,13 +273,8 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
         port = a.port
         self.counter += 1
         qpn = 0x100000 + self.counter
-        err = self._send(a, a.ch, "CONNECT", {"id": a.handle, "conn_param.valid": 1, "conn_param.qp_num": qpn,
-                                              "conn_param.retry_count": 5, "conn_param.rnr_retry_count": 5,
-                                              "conn_param.responder_resources": 1, "conn_param.initiator_depth": 1},
-                         "ch[%d].send('CONNECT', {'id': %s, 'conn_param.valid': 1, 'conn_param.qp_num': %#x, "
-                         "'conn_param.retry_count': 5, 'conn_param.rnr_retry_count': 5, "
-                         "'conn_param.responder_resources': 1, 'conn_param.initiator_depth': 1})  # to port %d"
-                         % (a.ch, a.name, qpn, port))
+        err = self._send(a.ch, "CONNECT", {"id": a.handle, "conn_param.valid": 1, "conn_param.qp_num": qpn,
+                                           **_CONN_PARAM}, note=" (to port %d)" % port)
         want = self._table(a, C.CONNECT)
         self._expect("CONNECT from %s to port %d" % (show(a), port), err, want)
         if err:
@@ -306,23 +312,13 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
             return
         self.counter += 1
         qpn, uid = 0x200000 + self.counter, 0x2000 + self.counter
-        err = self._send(c, c.ch, "ACCEPT", {"id": c.handle, "uid": uid, "conn_param.valid": valid,
-                                             "conn_param.qp_num": qpn, "conn_param.retry_count": 5,
-                                             "conn_param.rnr_retry_count": 5, "conn_param.responder_resources": 1,
-                                             "conn_param.initiator_depth": 1},
-                         "ch[%d].send('ACCEPT', {'id': %s, 'uid': %#x, 'conn_param.valid': %d, 'conn_param.qp_num': "
-                         "%#x, 'conn_param.retry_count': 5, 'conn_param.rnr_retry_count': 5, "
-                         "'conn_param.responder_resources': 1, 'conn_param.initiator_depth': 1})"
-                         % (c.ch, c.name, uid, valid, qpn))
+        err = self._send(c.ch, "ACCEPT", {"id": c.handle, "uid": uid, "conn_param.valid": valid,
+                                          "conn_param.qp_num": qpn, **_CONN_PARAM})
         want = self._table(c, C.ACCEPT)
         if not want and c.cm == "rej_coming":  # the peer's REJ 4 on its way: taken, or refused
             c.cm = "req_rcvd" if err == 0 else "idle"
-            if err == 0:
-                want = accepted(self.ids, c, valid, qpn, uid)
-            else:
-                want = EINVAL
-        elif not want:
-            want = accepted(self.ids, c, valid, qpn, uid)
+        if not want:
+            want = accepted(self.ids, c, valid, qpn, uid)  # idle: refused (EINVAL)
         self._expect("ACCEPT valid=%d on %s" % (valid, show(c)), err, want)
 
     @rule(data=st.data(), valid=st.sampled_from([1, 1, 1, 0]))
@@ -351,8 +347,7 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
     def _reject(self, c: Cid, reason: int) -> None:
         if self._left_out(c, "REJECT"):
             return
-        err = self._send(c, c.ch, "REJECT", {"id": c.handle, "reason": reason},
-                         "ch[%d].send('REJECT', {'id': %s, 'reason': %d})" % (c.ch, c.name, reason))
+        err = self._send(c.ch, "REJECT", {"id": c.handle, "reason": reason})
         want = self._table(c, C.REJECT)
         if not want and c.cm == "rej_coming":  # the peer's REJ 4 on its way: taken, or refused
             c.cm = "req_rcvd" if err == 0 else "idle"
@@ -361,8 +356,7 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
         self._expect("REJECT reason %d on %s" % (reason, show(c)), err, want)
 
     def _write_disconnect(self, c: Cid) -> int:
-        err = self._send(c, c.ch, "DISCONNECT", {"id": c.handle},
-                         "ch[%d].send('DISCONNECT', {'id': %s})" % (c.ch, c.name))
+        err = self._send(c.ch, "DISCONNECT", {"id": c.handle})
         self._expect("DISCONNECT on %s" % show(c), err, self._table(c, C.DISCONNECT))
         return err
 
@@ -427,8 +421,7 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
     def _destroy(self, c: Cid) -> None:
         raw = self.chans[c.ch]
         raw.reply.clear()
-        err = self._send(c, c.ch, "DESTROY_ID", {"id": c.handle},
-                         "ch[%d].send('DESTROY_ID', {'id': %s})" % (c.ch, c.name))
+        err = self._send(c.ch, "DESTROY_ID", {"id": c.handle})
         self._expect("DESTROY_ID of %s" % show(c), err, 0)
         reported = int(raw.reply_of("DESTROY_ID")["events_reported"])
         if reported != c.read:

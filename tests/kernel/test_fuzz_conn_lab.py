@@ -130,8 +130,7 @@ def test_replay_a_rej_before_any_answer_is_dropped_far_and_wedges_destroy_near()
     try:
         a, p = _requested(m, 1, 1)
         assert p is not None and p.cm == "req_rcvd"
-        err = m._send(a, a.ch, "REJECT", {"id": a.handle, "reason": 0}, "ch[1].send('REJECT', {'id': %s, 'reason': 0})"
-                      % a.name)
+        err = m._send(a.ch, "REJECT", {"id": a.handle, "reason": 0})
         assert err == 0
         cm.rejected_by(m.ids, a, 28)
         time.sleep(1.0)  # the REJ has arrived by now, had it been taken (cf. DESTROY's REJ 4 below)

@@ -121,8 +121,8 @@ class LibMachine(RuleBasedStateMachine):
         self.ids: List[CmId] = []
         self.roles: Dict[int, str] = {}  #: id(cm) -> listener / active / passive
         self.handed: Dict[int, int] = {}  #: id(cm) -> events handed to the program
-        self.seen: Set[int] = set()  #: id() of every event object handed (none twice)
-        self.kept: List[Any] = []
+        #: every event object handed, by id() (none twice; kept alive, so that no later one gets its id())
+        self.handed_events: Dict[int, Any] = {}
         self.peer: Dict[int, CmId] = {}  #: id(cm) -> the other end's id, both ends held
         self.port_of: Dict[int, int] = {}  #: id(listener) -> its port
         self.steps: List[str] = []
@@ -141,10 +141,9 @@ class LibMachine(RuleBasedStateMachine):
 
     def _hand(self, side: Side, ev: Any) -> None:
         """Account for an event handed to the program, and check the state it left."""
-        if id(ev) in self.seen:
+        if id(ev) in self.handed_events:
             self._fail("event %r handed twice" % (ev,))
-        self.seen.add(id(ev))
-        self.kept.append(ev)  # alive, so that no later event gets its id()
+        self.handed_events[id(ev)] = ev
         cm = ev.id
         LibMachine.stats["events"][ev.event.name] = LibMachine.stats["events"].get(ev.event.name, 0) + 1
         if ev.event is E.CONNECT_REQUEST:

@@ -14,14 +14,14 @@ is not in the registry until it is accepted (the kernel queues no event for it b
 Every command is one ``write()`` of the transport (the fd owner's); commands that have a
 reply name one of the channel's :class:`~pyrdmacm._device.ReplyBuffer` objects.  Events are
 read by one reader at a time: a GET_EVENT on the non-blocking fd, and a wait on the
-channel's :class:`~pyrdmacm._device.Poller` while nothing is queued; a second concurrent
+channel's :class:`~pyrdmacm._wait.Poller` while nothing is queued; a second concurrent
 reader is refused with :class:`~pyrdmacm.errors.StateError`.  The id an event names moves
 as :mod:`pyrdmacm.state` says.  An event that answers a pending wait (:meth:`Channel.expect`)
 is given to it there, and counts as acknowledged (:mod:`pyrdmacm._router`); ``get_event``
 returns the others.
 
 Faults have defined outcomes.  ``close()`` from another thread wakes a reader
-blocked in ``get_event`` (through the channel's :class:`~pyrdmacm._device.Waker`),
+blocked in ``get_event`` (through the channel's :class:`~pyrdmacm._wait.Waker`),
 which raises StateError.  An fd closed behind the channel's back (EBADF,
 POLLNVAL) is a StateError too.  A signal during a wait runs its handler and the
 wait goes on with the time left; a handler that raises ends the wait, and the
@@ -40,8 +40,9 @@ import weakref
 from collections import deque
 from typing import Any, Deque, Dict, Generic, Iterator, List, Optional, Tuple, TypeVar, overload
 
-from . import _device, _process, abi, wire
-from ._device import KernelDevice, ReplyBuffer, Transport, Waker, timeout_seconds
+from . import _device, _process, _wait, abi, wire
+from ._device import KernelDevice, ReplyBuffer, Transport
+from ._wait import Waker, timeout_seconds
 from ._router import Router
 from ._waiting import _ROUTED, Waiting
 from .membership import Membership
@@ -50,7 +51,8 @@ from .events import _TYPES, _UNPACK_EVENT, EVENT_RESP_SIZE, Event
 from .state import State
 
 _get_ident = threading.get_ident
-_READY = _device.READY
+_main_thread = threading.main_thread
+_READY = _wait.READY
 
 __all__ = ["Channel"]
 
@@ -129,7 +131,10 @@ class Channel(Waiting, Generic[_Id]):
         #: the last look of get_event / get_events found the queue empty (EAGAIN): their next
         #: call waits first (a batch's EAGAIN after events does not count)
         self._drained = False
-        self._poller: Optional[_device.Poller] = None  # made at the first wait
+        #: the pollers of the main thread's waits (the signal pipe too) and of the others
+        #: made at the first wait of each
+        self._main_poller: Optional[_wait.Poller] = None
+        self._poller: Optional[_wait.Poller] = None
         self.closed = False
         self._create_replies: List[ReplyBuffer] = [ReplyBuffer(wire.COMMAND["CREATE_ID"].out)]
         self._destroy_replies: List[ReplyBuffer] = [ReplyBuffer(wire.COMMAND["DESTROY_ID"].out)]
@@ -256,7 +261,10 @@ class Channel(Waiting, Generic[_Id]):
         (``rdma_ack_cm_event``: destroy() warns of events left unacked).  An event that
         answers a pending wait (:meth:`expect`) goes to that wait instead.  One reader at a
         time: a second thread's call raises StateError.  ``close()`` from another thread
-        ends a wait with StateError; a signal's handler runs and the wait goes on."""
+        ends a wait with StateError; a signal's handler runs as the signal comes and the wait
+        goes on, unless the handler raises.  A wait in the main thread gives
+        ``signal.set_wakeup_fd`` a pipe of its own while it waits (so that no signal waits for
+        the next event), and hands what it read on to the fd set before."""
         # The one read of every reader.  get_events and wait() call it holding the reader guard
         # (``_held``: they look at the queue of kept events themselves); ``_burst`` reads the
         # rest of a burst, which ends at the first EAGAIN or a fault (None; a burst's EAGAIN is
@@ -441,16 +449,16 @@ class Channel(Waiting, Generic[_Id]):
 
     def _wait_readable(self, deadline: Optional[float]) -> bool:
         """Wait until the fd is readable (True) or ``deadline`` (``time.monotonic()``; None:
-        never) has passed (False): the one wait of every reader."""
-        poller = self._poller
+        never) has passed (False): the one wait of every reader.  In the main thread the
+        signal pipe is armed around it (see :mod:`pyrdmacm._wait`)."""
+        me = _get_ident()
+        main = me == _main_thread().ident
+        poller = self._main_poller if main else self._poller
         if poller is None:
-            try:
-                poller = self._poller = _device.Poller(self._t.fileno(), self._waker.fd)
-            except (ValueError, OSError, UsageError):
-                if self.closed:
-                    raise StateError("the event channel was closed while waiting") from None
-                raise
-        self._reader = _get_ident()  # named in the refusal of a second reader
+            poller = self._new_poller(main)
+        self._reader = me  # named in the refusal of a second reader
+        pipe = poller.signals
+        old = pipe.arm() if pipe is not None else -1
         try:
             while True:
                 if deadline is None:
@@ -461,8 +469,11 @@ class Channel(Waiting, Generic[_Id]):
                         return False
                     wait_ms = max(1, int(left * 1000 + 0.999))
                 # A signal during poll(): Python runs its handler and polls again with the time
-                # left (PEP 475); a handler that raises ends the wait with its exception, and
-                # the channel stays usable (the finally of get_event releases the reader).
+                # left (PEP 475); one just before poll() wrote to the signal pipe, and its
+                # handler runs as this loop goes on; a handler that raises ends the wait with
+                # its exception, and the channel stays usable (the finally of get_event
+                # releases the reader).  The call to poller.wait, a Python function, is where
+                # the handler of a signal that came before the arming runs.
                 try:
                     got = poller.wait(wait_ms)
                 except (ValueError, OSError, UsageError):
@@ -473,13 +484,33 @@ class Channel(Waiting, Generic[_Id]):
                     raise StateError("the event channel was closed (by another thread) while waiting for an event")
                 if got is _READY:
                     return True
-                if got is _device.GONE:
+                if pipe is not None and got is _wait.SIGNALLED:
+                    pipe.drain(old)
+                    continue
+                if got is _wait.GONE:
                     raise _device.fd_closed_behind()
-                if got is _device.WOKEN:  # a wait ended by destroy(): the caller looks at it
+                if got is _wait.WOKEN:  # a wait ended by destroy(): the caller looks at it
                     self._waker.drain()
                     return True
         finally:
             self._reader = None
+            if pipe is not None:
+                pipe.disarm(old)
+
+    def _new_poller(self, main: bool) -> _wait.Poller:
+        """The poller of the main thread's waits (``main``: with the signal pipe, when the
+        process has an fd for it) or of the others'."""
+        try:
+            poller = _wait.Poller(self._t.fileno(), self._waker.fd, _wait.signal_pipe() if main else None)
+        except (ValueError, OSError, UsageError):
+            if self.closed:
+                raise StateError("the event channel was closed while waiting") from None
+            raise
+        if main:
+            self._main_poller = poller
+        else:
+            self._poller = poller
+        return poller
 
     def _dispatch(self, uid: int, handle: int, number: int, status: int, raw: bytes,
                   ece: Tuple[int, int]) -> Optional[Event[_Id]]:

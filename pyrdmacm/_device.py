@@ -20,9 +20,8 @@ none is, and otherwise the last one does as it returns: nothing stays open on
 the number, and a write racing with ``close()`` from another thread can never
 reach another file that reused it.
 :class:`pyrdmacm.testing.FakeKernel` offers the same operations over a pipe,
-speaking the same bytes.  :class:`Waker` is the channel's second fd (what
-``close()`` signals to wake a waiting reader) and :func:`wait` the one poll
-loop step.  Running out of file descriptors is a
+speaking the same bytes.  The channel's waits (its second fd, the poller) are
+:mod:`pyrdmacm._wait`'s.  Running out of file descriptors is a
 :class:`~pyrdmacm.errors.DeviceNodeError` that says so, with nothing left open.
 
 The ABI version comes from RDMA netlink first (``RDMA_NLDEV_CMD_GET_CHARDEV``,
@@ -42,10 +41,7 @@ Nothing else in pyrdmacm calls ``os.open`` or ``os.write`` on the device.
 from __future__ import annotations
 
 import errno
-import math
-import numbers
 import os
-import select
 import stat
 import weakref
 from array import array
@@ -383,113 +379,6 @@ class KernelDevice:
         self._fd = -1
         if not self._users:
             _release(self._slot, self._ident)
-
-
-class Waker:
-    """What :meth:`EventChannel.close` signals so that a thread blocked waiting for events
-    wakes up (closing an fd does not wake a ``poll()`` on it): an eventfd, or a pipe before
-    Python 3.10.  Created before the device, so that running out of fds loses nothing."""
-
-    __slots__ = ("fd", "_w", "_pid")
-
-    def __init__(self) -> None:
-        try:
-            if hasattr(os, "eventfd"):
-                self.fd = self._w = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
-            else:  # pragma: no cover - Python < 3.10
-                self.fd, self._w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        except OSError as e:
-            if e.errno in _FD_LIMIT:
-                raise _too_many_files(e, "an eventfd for the channel") from None
-            raise
-        self._pid = os.getpid()
-
-    def signal(self) -> None:
-        """Wake the waiter; only the process that made the waker may (a forked child's
-        signal would wake its parent's waits, which share the eventfd, for ever)."""
-        if self._w >= 0 and os.getpid() == self._pid:
-            try:
-                os.write(self._w, _ONE)
-            except OSError:  # full (a pipe): it is readable already
-                pass
-
-    def drain(self) -> None:
-        """Read the signal: a waker readable with no close() behind it does not spin a wait."""
-        if self.fd >= 0:
-            try:
-                os.read(self.fd, 8)
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        fds = {self.fd, self._w}
-        self.fd = self._w = -1
-        for fd in fds:
-            if fd >= 0:
-                os.close(fd)
-
-
-_ONE = (1).to_bytes(8, "little")  # an eventfd takes a u64 (host order; any non-zero will do)
-
-#: what :func:`wait` says
-READY, TIMEOUT, WOKEN, GONE = "ready", "timeout", "woken", "gone"
-#: the longest wait one poll() takes; a longer timeout waits in several
-POLL_MAX_MS = 0x7FFFFFFF
-
-
-class Poller:
-    """``poll()`` on ``fd`` and the waker's fd ``wake`` (-1: none), registered once: a channel
-    keeps one for all its waits (a new ``select.poll`` per wait is three calls more)."""
-
-    __slots__ = ("_fd", "_poll", "_readable")
-
-    def __init__(self, fd: int, wake: int) -> None:
-        p = select.poll()
-        p.register(fd, select.POLLIN)
-        if wake >= 0:
-            p.register(wake, select.POLLIN)
-        self._fd, self._poll = fd, p.poll
-        self._readable = [(fd, select.POLLIN)]  # poll()'s answer when only the fd is readable
-
-    def wait(self, timeout_ms: int) -> str:
-        """Wait until the fd is readable (READY), the waker is (WOKEN), ``timeout_ms`` passed
-        (TIMEOUT; -1 waits for ever) or the fd is no open file (GONE: POLLNVAL)."""
-        ready = self._poll(timeout_ms if timeout_ms < POLL_MAX_MS else POLL_MAX_MS)
-        if ready == self._readable:  # the common answer, in one comparison
-            return READY
-        state = TIMEOUT
-        fd = self._fd
-        for rfd, revents in ready:
-            if rfd == fd:
-                if revents & select.POLLNVAL:
-                    return GONE
-                state = READY
-            elif state is TIMEOUT:  # the waker
-                state = WOKEN
-        return state
-
-
-def timeout_seconds(timeout: Any) -> Optional[float]:
-    """A wait's timeout checked: seconds >= 0 (any real number), or None / infinity for ever
-    (None); UsageError naming what was given otherwise."""
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
-        raise UsageError("timeout must be a number of seconds (>= 0), or None to wait for ever; got %r"
-                         % (timeout,))
-    t = float(timeout)
-    if math.isnan(t) or t < 0:
-        raise UsageError("timeout must be a number of seconds >= 0, or None to wait for ever; got %r"
-                         % (timeout,))
-    if math.isinf(t):
-        return None
-    return timeout if isinstance(timeout, int) else t
-
-
-
-def wait(fd: int, wake: int, timeout_ms: int) -> str:
-    """One wait of a :class:`Poller` on ``fd`` and ``wake``."""
-    return Poller(fd, wake).wait(timeout_ms)
 
 
 _TRANSPORT_CALLS = ("fileno", "write", "close", "identify_device")

@@ -10,7 +10,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Deque, List, Optional
 
 from . import _process
-from ._device import timeout_seconds
+from ._wait import timeout_seconds
 from ._router import Router, Waiter
 
 #: what the channel's read returns, holding the guard, for an event it gave to a waiter

@@ -68,7 +68,7 @@ from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple, 
 from ._aio_addrinfo import getaddrinfo as getaddrinfo
 from ._aio_requests import Requests, RequestsOwner
 from ._aio_waiters import BatchWaiter, CloseWatch, FutureWaiter, event_error
-from ._device import timeout_seconds
+from ._wait import timeout_seconds
 from ._router import TAKES, TAKES_ANY_KIND, take_events, take_of
 from .abi import CmEventType
 from .channel import EventChannel

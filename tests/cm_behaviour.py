@@ -590,6 +590,59 @@ def test_signal_handler_that_raises_ends_the_wait_and_the_channel_survives(world
         signal.signal(signal.SIGALRM, old)
 
 
+@pytest.mark.parametrize("set_before", [False, True], ids=["no-wakeup-fd", "a-wakeup-fd-set-before"])
+def test_a_signal_just_before_poll_begins_ends_the_wait_at_once(world: World, set_before):
+    """A signal that comes after the interpreter last looked for one and before ``poll()`` has
+    begun (made to here: the C-level note of a SIGINT and the poll() run back to back, with no
+    bytecode between, through C callables) ends the wait at once through its handler, instead
+    of when the wait's timeout or the next event comes (found in the lab: ``listen`` ignored
+    one SIGTERM in a few dozen).  A wakeup fd the program set before gets the signal's number
+    and is set again after the wait."""
+    import _thread
+    import functools
+    import operator
+    import os
+    import signal
+
+    class Interrupted(Exception):
+        pass
+
+    def handler(*args):
+        raise Interrupted()
+
+    def racing(ms: int) -> Any:  # the note, then poll(): C calls only, no check between
+        return list(map(operator.methodcaller("__call__"), (_thread.interrupt_main, functools.partial(real, ms))))[-1]
+
+    mine = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC) if set_before else None
+    old_handler = signal.signal(signal.SIGINT, handler)
+    old_fd = signal.set_wakeup_fd(mine[1] if mine else -1)
+    try:
+        with world.channel() as ch:
+            cm = CmId(ch)
+            assert ch.get_event(0.01) is None  # the main thread's poller made
+            poller = ch._main_poller
+            real = poller._poll
+            poller._poll = racing
+            t0 = time.monotonic()
+            with pytest.raises(Interrupted):
+                ch.get_event(20.0)
+            took = time.monotonic() - t0
+            poller._poll = real
+            assert took < 10, "the handler ran %.1f s after its signal, at the wait's end" % took
+            assert signal.set_wakeup_fd(-1) == (mine[1] if mine else -1)  # set again after the wait
+            signal.set_wakeup_fd(mine[1] if mine else -1)
+            if mine:
+                assert os.read(mine[0], 16) == bytes([signal.SIGINT])
+            cm.resolve_addr(world.local, timeout_ms=2000)  # the channel goes on
+            ev = wait(ch)
+            assert ev.id is cm and ev.event is E.ADDR_RESOLVED
+    finally:
+        signal.set_wakeup_fd(old_fd)
+        signal.signal(signal.SIGINT, old_handler)
+        for fd in mine or ():
+            os.close(fd)
+
+
 @pytest.mark.parametrize("looked_first", [False, True], ids=["first-look", "after-an-empty-look"])
 @pytest.mark.parametrize("timeout", [None, 30.0])
 def test_close_wakes_a_thread_waiting_for_events(world: World, timeout, looked_first):
@@ -716,11 +769,11 @@ def test_a_forked_child_closing_the_parents_channel_leaves_the_parent_alone(worl
     for ever (the eventfd is shared after fork), nor destroy the parent's ids."""
     import os
 
-    from pyrdmacm import _device
+    from pyrdmacm import _wait
 
     polls = []
-    real = _device.wait
-    monkeypatch.setattr(_device, "wait", lambda *a: polls.append(a) or real(*a))
+    real = _wait.Poller.wait
+    monkeypatch.setattr(_wait.Poller, "wait", lambda self, ms: polls.append(ms) or real(self, ms))
     with world.channel() as ch:
         cm = CmId(ch)
         pid = os.fork()

@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional, Set
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from pyrdmacm import CmId, State
+from pyrdmacm import CmId, State, _wait
 from pyrdmacm.abi import CmEventType as E
 from pyrdmacm.errors import KernelError, RdmaCmError, StateError
 from pyrdmacm.state import after_event, kind_of
@@ -116,6 +116,7 @@ class LibMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.link = type(self).make_link()
+        _wait.signal_pipe()  # the process's (two fds for its life, made at its first main-thread wait): made before the count
         self.fd_base = _fds()
         self.sides: Dict[str, Side] = {}
         self.ids: List[CmId] = []

@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from .. import abi
-from .._device import Poller
+from .._wait import Poller
 from ..addr import Address, parse_address
 from ..events import decode_event_head
 from .expect import outcome_text

@@ -111,7 +111,9 @@ class Lifecycle(Life):
         # the grave while that reader holds the guard (it empties the grave when it lets go).  The
         # waits for its events, and its memberships', end (``Channel._ended``).
         uid = self.uid
-        if not ch._reader_slot:
+        if not uid:  # a request not answered yet: on no registry but the channel's unanswered
+            ch._unanswered.discard(self)
+        elif not ch._reader_slot:
             ch._grave[uid] = self
         ch._ids.pop(uid, None)
         mcs = getattr(self, "_mcs", None) if ch._mcs else None

@@ -115,7 +115,11 @@ class Waiting:
     def _ended(self, uids: List[int], why: str) -> None:
         """``uids`` stopped being this channel's (``why``: "destroyed", "migrated", "left"):
         their waits end now, a reader blocked in :meth:`wait` is woken to see it, and events
-        of destroyed ids kept for get_event go."""
+        of destroyed ids kept for get_event go.  A request not answered yet has uid 0 (none
+        until ACCEPT): the waits under 0 are no id's (the asyncio adapter's close watch), and
+        stay."""
+        if 0 in uids:
+            uids = [u for u in uids if u]
         waits = self._waits
         if waits and not waits.keys().isdisjoint(uids):
             waits.end(uids, why)

@@ -439,6 +439,9 @@ class CmId(Connections, Queries, Lifecycle):
             if not old._reader_slot:  # an event the old channel's reader holds still finds the id
                 old._grave[self.uid] = self
             old._ids.pop(self.uid, None)
+        else:  # a request not answered yet (no uid until ACCEPT): the new channel's close() destroys it
+            old._unanswered.discard(self)
+            channel._unanswered.add(self)
         for m in mcs:
             old._mcs.pop(m.uid, None)
         self.channel = channel

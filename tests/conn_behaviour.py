@@ -476,6 +476,66 @@ def test_closing_the_channel_destroys_a_request_not_answered_yet(link: Link):
         c.destroy()
 
 
+def test_closing_the_channel_a_request_was_migrated_to_destroys_it(link: Link):
+    """Found by the library's fuzzer with an asyncio reader (tests/lib_model.py): a request's
+    id migrated before it was answered still said REQUEST after the channel it was moved to
+    was closed (the old channel's close() would have destroyed it; the new one's did not know
+    it).  Its old channel stays open, and does not take it back."""
+    with link.client() as cc, link.server() as sc, link.server() as other:
+        lst, dst = serve(sc, link)
+        c = routed(cc, dst)
+        c.connect()
+        req = wait(sc, E.CONNECT_REQUEST).id
+        req.migrate(other)
+        other.close()
+        assert req.state is State.DESTROYED
+        with pytest.raises(StateError, match="closed"):
+            req.accept()
+        ev = wait(cc, E.REJECTED, status=None)
+        assert ev.status == RejectReason.CONSUMER_DEFINED
+        assert lst.state is State.LISTEN and not sc.closed
+        c.destroy()
+
+
+@pytest.mark.parametrize("how", ["destroy", "migrate"])
+def test_a_request_gone_unanswered_leaves_the_asyncio_adapter_its_close_watch(link: Link, how: str):
+    """Found by the library's fuzzer with an asyncio reader (tests/lib_model.py): destroying or
+    migrating a request's id before it was answered (uid 0 until ACCEPT) ended the channel's
+    waits under uid 0, and the asyncio adapter's own close watch is one: a later close() of
+    the EventChannel behind the adapter left its get_event waiting for ever."""
+    import asyncio
+
+    from pyrdmacm.aio import AsyncChannel
+
+    async def main() -> Any:
+        with link.client() as cc, link.server() as other:
+            sc = link.server()
+            ach = AsyncChannel(sc)
+            lst, dst = serve(sc, link)
+            c = routed(cc, dst)
+            c.connect()
+            ev = await asyncio.wait_for(ach.get_event(), 10)
+            assert ev.event is E.CONNECT_REQUEST and ev.id.uid == 0
+            if how == "destroy":
+                ev.id.destroy()
+            else:
+                ev.id.migrate(other)
+            reader = asyncio.ensure_future(ach.get_event())
+            await asyncio.sleep(0.05)
+            assert not reader.done()
+            sc.close()
+            try:
+                await asyncio.wait_for(reader, 5)
+            except StateError as e:
+                return str(e)
+            except asyncio.TimeoutError:
+                return "still waiting 5 s after the channel's close()"
+            return "an event"
+
+    got = asyncio.run(main())
+    assert "closed" in got, got
+
+
 def test_destroying_a_request_unanswered_rejects_it_28(link: Link):
     with link.server() as sc, link.client() as cc:
         lst, dst = serve(sc, link)

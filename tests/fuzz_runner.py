@@ -37,6 +37,8 @@ def print_figures(fig: Dict[str, Any], out: Callable[[str], None] = print) -> No
            fig["seconds"], fig["rounds"], fig["seed"], len(fig["disagreements"])))
     if "events" in fig:
         out("  events read: %s" % (", ".join("%s %d" % (e, n) for e, n in sorted(fig["events"].items())) or "none"))
+    if "readers" in fig:
+        out("  channels read by: %s" % ", ".join("%s %d" % (how, n) for how, n in fig["readers"].items()))
     by_cmd: Dict[str, List[str]] = collections.defaultdict(list)
     for (cmd, err), n in sorted(fig["errnos"].items()):
         by_cmd[cmd].append("%s %d" % (err, n))

@@ -1,8 +1,9 @@
 """The library's own contract, fuzzed (issue #25, second part): a hypothesis state machine that
 drives pyrdmacm's public API -- :class:`~pyrdmacm.EventChannel` and :class:`~pyrdmacm.CmId` --
 through connections between a server channel and a client channel, with each channel read
-either by the caller (``get_event``) or by a reader thread beside it, and checks what the
-docs promise:
+by the caller (``get_event``), by a reader thread beside it, or by an asyncio task
+(:class:`~pyrdmacm.aio.AsyncChannel`'s ``get_event``) on a loop in a thread of its own, and
+checks what the docs promise:
 
 - every event the kernel queued for an id is handed to the program once (``destroy()``'s
   and ``migrate()``'s ``events_reported`` equal the events handed for the id; no event
@@ -58,21 +59,35 @@ class _Pinned:
         return self.value
 
 
-class Side:
-    """One channel and how it is read: by the caller, or by a reader thread into a queue."""
+#: how a channel is read: by the caller (get_event), by a reader thread (get_event in a loop), or
+#: by an asyncio task (AsyncChannel.get_event) on a loop in a thread of its own
+READERS = ("caller", "thread", "asyncio")
+_READ_BY = {"caller": "read by the caller", "thread": "read by a thread", "asyncio": "read by an asyncio task"}
 
-    def __init__(self, machine: "LibMachine", name: str, threaded: bool) -> None:
-        self.m, self.name, self.threaded = machine, name, threaded
+
+class Side:
+    """One channel and how it is read (:data:`READERS`); a reader's events go into a queue."""
+
+    def __init__(self, machine: "LibMachine", name: str, reader: str) -> None:
+        self.m, self.name, self.how = machine, name, reader
         self.ch = machine.link.server() if name == "server" else machine.link.client()
         self.q: "queue.Queue[Any]" = queue.Queue()
         self.reader: Optional[threading.Thread] = None
         self.reader_error: List[BaseException] = []
-        if threaded:
-            self.reader = threading.Thread(target=self._read_loop, name="lib-model-%s" % name, daemon=True)
+        #: not the caller: the events come through the queue (the caller checks no state after
+        #: them: the reader's id moves as the reader reads)
+        self.threaded = reader != "caller"
+        self._ready = threading.Event()
+        if self.threaded:
+            loop = self._read_loop if reader == "thread" else self._aio_loop
+            self.reader = threading.Thread(target=loop, name="lib-model-%s" % name, daemon=True)
             self.reader.start()
+            if not self._ready.wait(5.0):  # the loop's own fds are open before the machine counts fds
+                raise Broken("the %s reader (%s) did not start within 5 s" % (name, reader))
 
     def _read_loop(self) -> None:
         ch = self.ch
+        self._ready.set()
         while not ch.closed:
             try:
                 ev = ch.get_event(0.5)
@@ -83,6 +98,28 @@ class Side:
                 return
             if ev is not None:
                 self.q.put(ev)
+
+    def _aio_loop(self) -> None:
+        """asyncio.run of a task that hands on what AsyncChannel.get_event gives, until the
+        channel's close() (from the caller's thread) ends its wait with StateError."""
+        import asyncio
+
+        from pyrdmacm.aio import AsyncChannel
+
+        async def read() -> None:
+            ach = AsyncChannel(self.ch)
+            self._ready.set()
+            while True:
+                try:
+                    ev = await ach.get_event()
+                except StateError:
+                    return
+                self.q.put(ev)
+
+        try:
+            asyncio.run(read())
+        except BaseException as e:  # noqa: BLE001 - reported by the machine
+            self.reader_error.append(e)
 
     def next_event(self, timeout: float) -> Any:
         """The next event handed to the program on this side (None: none within ``timeout``)."""
@@ -100,8 +137,13 @@ class Side:
         if self.reader is not None:
             self.reader.join(5.0)
             if self.reader.is_alive():
-                raise Broken("%s channel closed: its reader thread still waits after 5 s" % self.name)
+                raise Broken("%s channel closed: its reader (%s) still waits after 5 s" % (self.name, self.how))
         return time.monotonic() - started
+
+
+def fresh_stats() -> Dict[str, Any]:
+    """A campaign's counters: sequences, calls, events handed by kind, channels by reader."""
+    return {"sequences": 0, "calls": 0, "events": {}, "readers": {how: 0 for how in READERS}}
 
 
 class LibMachine(RuleBasedStateMachine):
@@ -111,7 +153,7 @@ class LibMachine(RuleBasedStateMachine):
     make_link: Any = None
     #: the kernel tier sets it: the cm_id states RDMA netlink lists for this process
     kernel_ids: Any = None
-    stats: Dict[str, Any] = {"sequences": 0, "calls": 0, "events": {}}
+    stats: Dict[str, Any] = fresh_stats()
 
     def __init__(self) -> None:
         super().__init__()
@@ -212,13 +254,13 @@ class LibMachine(RuleBasedStateMachine):
 
     # -- rules ---------------------------------------------------------------------------------
 
-    @initialize(server_thread=st.booleans(), client_thread=st.booleans())
-    def open(self, server_thread: bool, client_thread: bool) -> None:
-        self.sides = {"server": Side(self, "server", server_thread), "client": Side(self, "client", client_thread)}
+    @initialize(server=st.sampled_from(READERS), client=st.sampled_from(READERS))
+    def open(self, server: str, client: str) -> None:
+        self.sides = {"server": Side(self, "server", server), "client": Side(self, "client", client)}
+        for how in (server, client):
+            LibMachine.stats["readers"][how] += 1
         self.fd_base_open = _fds()
-        self.steps.append("server channel %s, client channel %s" % (
-            "read by a thread" if server_thread else "read by the caller",
-            "read by a thread" if client_thread else "read by the caller"))
+        self.steps.append("server channel %s, client channel %s" % (_READ_BY[server], _READ_BY[client]))
 
     @precondition(lambda self: len(self.ids) < MAX_IDS)
     @rule()
@@ -370,7 +412,7 @@ class LibMachine(RuleBasedStateMachine):
             self.ids.remove(c)
         if took > 5:
             self._fail("closing the %s channel took %.1f s" % (which, took))
-        self.sides[which] = Side(self, which, side.threaded)
+        self.sides[which] = Side(self, which, side.how)
         self._drain(0.5)  # what the closed ids sent the other side (REJ, DREQ)
 
     # -- invariants ------------------------------------------------------------------------------
@@ -455,7 +497,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
             def kernel_ids() -> Any:
                 return netlink_states(os.getpid())
-        LibMachine.stats = {"sequences": 0, "calls": 0, "events": {}}
+        LibMachine.stats = fresh_stats()
         seed = fuzz_runner.seed_of(a)
         n, found, took = fuzz_runner.rounds(a.minutes * 60, seed,
                                             lambda s: run(make, s, a.examples, a.steps, kernel_ids), "library, ")
@@ -463,7 +505,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     fig = {"machine": "library" + (" on the fake fabric" if a.fake else ""),
            "kernel": "fake" if a.fake else os.uname().release, "seed": seed, "rounds": n, "seconds": took,
            "sequences": st_["sequences"], "commands": st_["calls"], "errnos": collections.Counter(),
-           "events": st_["events"], "disagreements": found}
+           "events": st_["events"], "readers": st_["readers"], "disagreements": found}
     return fuzz_runner.finish(fig, a.json)
 
 

@@ -1,5 +1,6 @@
 """The library's contract fuzzed (tests/lib_model.py) on the fake fabric's two hosts: a
-bounded campaign (seeded, printed), both channels read by the caller or by reader threads."""
+bounded campaign (seeded, printed), each channel read by the caller, a reader thread or an
+asyncio task."""
 
 import contextlib
 
@@ -23,9 +24,10 @@ def make_link():
 
 def test_bounded_library_campaign_on_the_fake_fabric(make_link):
     seed = 20261203
-    lib_model.LibMachine.stats = {"sequences": 0, "calls": 0, "events": {}}
+    lib_model.LibMachine.stats = lib_model.fresh_stats()
     report = lib_model.run(make_link, seed, examples=8, steps=15)
     stats = lib_model.LibMachine.stats
     print("library campaign on the fake fabric: seed %d, %s" % (seed, stats))
     assert report is None, report
     assert stats["events"].get("CONNECT_REQUEST", 0) > 3, "the campaign made almost no connection: %s" % stats
+    assert all(stats["readers"].values()), "a way of reading a channel went untried: %s" % stats["readers"]

@@ -27,9 +27,10 @@ def _link():
 def test_bounded_library_campaign_on_the_kernel():
     release = os.uname().release
     seed = zlib.crc32(b"library " + release.encode())
-    lib_model.LibMachine.stats = {"sequences": 0, "calls": 0, "events": {}}
+    lib_model.LibMachine.stats = lib_model.fresh_stats()
     report = lib_model.run(_link, seed, examples=8, steps=15, kernel_ids=lambda: netlink_states(os.getpid()))
     stats = lib_model.LibMachine.stats
     print("library campaign on %s: seed %d, %s" % (release, seed, stats))
     assert report is None, "seed %d:\n%s" % (seed, report)
     assert stats["events"].get("CONNECT_REQUEST", 0) > 3, "the campaign made almost no connection: %s" % stats
+    assert all(stats["readers"].values()), "a way of reading a channel went untried: %s" % stats["readers"]

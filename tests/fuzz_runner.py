@@ -12,6 +12,18 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
+def finding(e: BaseException, cls: type) -> Optional[BaseException]:
+    """``e`` if it is a ``cls``, else the first ``cls`` inside it: hypothesis wraps a failure
+    whose replay went another way (a timing-dependent one) in a group (FlakyFailure)."""
+    if isinstance(e, cls):
+        return e
+    for inner in getattr(e, "exceptions", ()):
+        found = finding(inner, cls)
+        if found is not None:
+            return found
+    return None
+
+
 def rounds(seconds: float, seed: int, one_round: Callable[[int], Optional[str]], label: str,
            out: Callable[[str], None] = print) -> Tuple[int, List[Tuple[int, str]], float]:
     """``one_round(seed)`` with seeds seed, seed+1, ... until ``seconds`` have passed (a round

@@ -167,6 +167,9 @@ class LibMachine(RuleBasedStateMachine):
         #: every event object handed, by id() (none twice; kept alive, so that no later one gets its id())
         self.handed_events: Dict[int, Any] = {}
         self.peer: Dict[int, CmId] = {}  #: id(cm) -> the other end's id, both ends held
+        #: ids destroyed while their reader (a thread, a task) still held events it had read
+        #: for them: id(cm) -> the id; those events are still the program's (destroy() counted them)
+        self.in_transit: Dict[int, CmId] = {}
         self.port_of: Dict[int, int] = {}  #: id(listener) -> its port
         self.steps: List[str] = []
         self.ports = iter(range(7600 + os.getpid() % 100 * 10, 10 ** 6))
@@ -198,7 +201,7 @@ class LibMachine(RuleBasedStateMachine):
             self.handed[id(ev.listen_id)] += 1
             self.steps.append("%s: CONNECT_REQUEST -> a request's id" % side.name)
         else:
-            if cm not in self.ids:
+            if cm not in self.ids and self.in_transit.get(id(cm)) is not cm:
                 self._fail("%s for an id the program destroyed or never had: %r" % (ev.event.name, cm))
             self.handed[id(cm)] += 1
             self.steps.append("%s: %s status %d for %s" % (side.name, ev.event.name, ev.status, self._name(cm)))
@@ -248,6 +251,15 @@ class LibMachine(RuleBasedStateMachine):
 
     def _live(self, role: str, state: Optional[State] = None) -> List[CmId]:
         return [c for c in self.ids if self.roles[id(c)] == role and (state is None or c.state is state)]
+
+    def _all_handed(self, cm: CmId, reported: int, call: str, side: Side) -> None:
+        """``reported`` (destroy's or migrate's ``events_reported``) equals the events handed
+        for ``cm``; those a reader (a thread, a task) read before the call and had not handed on
+        yet are still the program's: they come first."""
+        if reported > self.handed[id(cm)] and side.threaded:
+            self._drain(0.4)
+        if reported != self.handed[id(cm)]:
+            self._fail("%s reported %d events; %d were handed to the program" % (call, reported, self.handed[id(cm)]))
 
     def _side_of(self, cm: CmId) -> Side:
         return next(s for s in self.sides.values() if s.ch is cm.channel)
@@ -372,10 +384,13 @@ class LibMachine(RuleBasedStateMachine):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # unacked events are not possible here: every one is acked
             reported = cm.destroy()
-        if reported != self.handed[id(cm)]:
-            self._fail("%s.destroy() reported %d events; %d were handed to the program" % (
-                self._name(cm), reported, self.handed[id(cm)]))
+        name = self._name(cm)
         self.ids.remove(cm)
+        self.in_transit[id(cm)] = cm
+        try:
+            self._all_handed(cm, reported, "%s.destroy()" % name, self._side_of(cm))
+        finally:
+            del self.in_transit[id(cm)]
 
     @precondition(lambda self: self.link.server_ip == self.link.client_ip)  # one host: its two channels
     @rule(data=st.data())
@@ -389,9 +404,7 @@ class LibMachine(RuleBasedStateMachine):
         self._drain(0.2)
         self._step("%s.migrate(%s channel)" % (self._name(cm), new.name))
         reported = cm.migrate(new.ch)
-        if reported != self.handed[id(cm)]:
-            self._fail("%s.migrate() reported %d events; %d were handed" % (self._name(cm), reported,
-                                                                         self.handed[id(cm)]))
+        self._all_handed(cm, reported, "%s.migrate()" % self._name(cm), old)
 
     @rule(which=st.sampled_from(["server", "client"]))
     def close_channel(self, which: str) -> None:
@@ -464,6 +477,13 @@ def run(make_link: Any, seed: int, examples: int, steps: int, kernel_ids: Any = 
         hypothesis.seed(seed)(test)()
     except Broken as e:
         return str(e)
+    except Exception as e:  # hypothesis' FlakyFailure: its replay went another way (timing)
+        import fuzz_runner
+
+        found = fuzz_runner.finding(e, Broken)
+        if found is None:
+            raise
+        return "%s\n\n(found once; replayed, the sequence went another way: the timing is part of it)" % found
     return None
 
 

@@ -98,6 +98,19 @@ def test_no_listener_is_reason_8_and_proves_the_path(capsys, on_b):
     assert summary["exit"] == 0 and summary["summary"]["cells"] == 1 and summary["summary"]["failed"] == 0
 
 
+def test_a_step_with_no_answer_times_out_and_the_run_goes_on(capsys, on_b, monkeypatch):
+    """A connect that no answer follows (the REQ made to vanish) ends at --timeout as a
+    "timeout" cell naming the step, its id destroyed; the run's other cells are checked."""
+    monkeypatch.setattr(CmId, "connect", lambda self, *a, **k: None)  # 10.9.0.77 does not get that far
+    code, out, err = run(capsys, "mesh", A, "10.9.0.77", "--timeout", "200", "--json")
+    cells = {c["target"]: c for c in _cells(out)}
+    assert cells[A]["outcome"] == "timeout", cells[A]["detail"]
+    assert cells[A]["detail"] == "no answer to connect within 0.2 s"
+    assert 200 <= cells[A]["ms"]["connect"] < 1000
+    assert cells["10.9.0.77"]["outcome"] in ("addr-error", "timeout")
+    assert code != 0, err
+
+
 def test_a_listener_that_identifies_itself(capsys, on_b, fabric):
     close = _listener(on_b[0], engine.identity("node-a", "eth0", A))
     try:

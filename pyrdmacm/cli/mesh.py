@@ -5,6 +5,7 @@ against every target, as a table, JSON Lines, an SVG picture and a Prometheus te
 from __future__ import annotations
 
 import argparse
+import asyncio
 import socket
 import sys
 import time
@@ -120,13 +121,27 @@ def cmd_mesh(args: argparse.Namespace) -> int:
     total = len(plan)
     progress = sys.stderr.isatty() and not args.json
 
+    bad = 0
+    flush_due = False
+
+    def flush() -> None:
+        nonlocal flush_due
+        flush_due = False
+        sys.stdout.flush()
+
     def on_cell(c: Cell) -> None:
+        nonlocal bad, flush_due
         done.append(c)
         if args.json:
             json_line({"cell": c.to_json()})
-            sys.stdout.flush()
+            if not flush_due:  # the lines of the cells that end in one turn of the loop: one write
+                try:
+                    asyncio.get_running_loop().call_soon(flush)
+                    flush_due = True
+                except RuntimeError:  # no loop runs (a cell reported after the run): now
+                    sys.stdout.flush()
         if progress:
-            bad = sum(1 for d in done if not d.ok)
+            bad += not c.ok
             sys.stderr.write("\r%d/%d cells checked, %d do not reach the far CM " % (len(done), total, bad))
             sys.stderr.flush()
 

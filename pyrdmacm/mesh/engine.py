@@ -1,15 +1,14 @@
-"""The fabric check's engine: the rails of this host, and every cell driven through one
-event channel by the asyncio adapter, a bounded number in flight."""
+"""The fabric check's engine: the rails of this host, the targets, and the run: every cell
+driven through one event channel by the asyncio adapter (:mod:`pyrdmacm.mesh.driver`), a
+bounded number in flight, and the failed ones explained."""
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
 import socket
-import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from .._addr_input import ip_text
 from .cells import Cell, Rail, Target
 
 #: what an identifying listener (``pyrdmacm listen --identify``) puts first in its REP's
@@ -145,86 +144,6 @@ def _why(dst: str, src: Optional[str], devs: Any = None) -> List[str]:
     return lines + list(p.reasoning)
 
 
-async def _cell(ach: Any, cell: Cell, src: Any, dst: Any, ps: Any, timeout_ms: int, devs: Any, gids: Any) -> None:
-    """Drive one cell: resolve from ``src`` to ``dst`` (Addresses, parsed once a run; the
-    destination's port the service's), route, connect (and, if accepted, RTU and disconnect)."""
-    from ..abi import CmEventType as E
-    from ..errors import RdmaCmError
-
-    cm = ach.channel.create_id(ps)
-    step_s = timeout_ms / 1000.0 + 1.0  # the kernel's own ADDR_ERROR / ROUTE_ERROR comes at timeout_ms
-    try:
-        async def step(name: str, aw: Any, wait_s: float) -> Any:
-            t = time.monotonic()
-            try:
-                ev = await asyncio.wait_for(aw, wait_s)
-            except asyncio.TimeoutError:
-                cell.outcome, cell.detail = "timeout", "no answer to %s within %.1f s" % (name, wait_s)
-                return None
-            finally:
-                cell.ms[name] = round((time.monotonic() - t) * 1000, 3)
-            return ev
-
-        try:
-            ev = await step("addr", ach.resolve_addr(cm, dst, src=src, timeout_ms=timeout_ms, raise_on_error=False),
-                            step_s)
-            if ev is None:
-                return
-            if ev.event is not E.ADDR_RESOLVED or ev.status:
-                cell.outcome, cell.status, cell.detail = "addr-error", ev.status, ev.status_name or ev.event.name
-                return
-            ev = await step("route", ach.resolve_route(cm, timeout_ms, raise_on_error=False), step_s)
-            if ev is None:
-                return
-            if ev.event is not E.ROUTE_RESOLVED or ev.status:
-                cell.outcome, cell.status, cell.detail = "route-error", ev.status, ev.status_name or ev.event.name
-                return
-            info = cm.query_addr(devices=devs)  # the device named from the run's list: no sysfs reads a cell
-            cell.device = info.device.name if info.device else None
-            cell.port = info.port_num
-            sgid, dgid = cm.query_gid()
-            cell.sgid = ip_text(sgid.ip) if sgid is not None else None
-            cell.dgid = ip_text(dgid.ip) if dgid is not None else None
-            cell.gid_index, cell.gid_type = gids.get((cell.device, cell.port, sgid.ip if sgid else None), (None, None))
-            ev = await step("connect", ach.connect(cm, qp_num=None, responder_resources=1, initiator_depth=1,
-                                                   raise_on_error=False), timeout_ms / 1000.0)
-            if ev is None:
-                return
-        except RdmaCmError as e:  # refused at once (EADDRNOTAVAIL, ENETUNREACH, ENODEV ...)
-            from ..errors import error_object
-
-            errno_ = getattr(e, "errno", None)
-            cell.outcome, cell.status = "refused", -errno_ if errno_ else None  # negative, as an event's status
-            cell.error = error_object(e, refused=getattr(e, "command", None))
-            cell.detail = cell.error["name"] or str(e)
-            return
-        if ev.event is E.REJECTED:
-            cell.status = ev.status
-            cell.outcome = "no-listener" if ev.status == 8 else "rejected"
-            cell.detail = "REJ reason %d%s" % (ev.status, " (%s)" % ev.status_name if ev.status_name else "")
-            return
-        if ev.event is not E.CONNECT_RESPONSE or ev.status:
-            cell.outcome, cell.status = "unreachable", ev.status
-            cell.detail = "%s%s" % (ev.event.name, " (%s)" % ev.status_name if ev.status_name else "")
-            return
-        cell.outcome = "established"
-        who = parse_identity(ev.param.private_data)
-        if who is not None:
-            cell.agent = who
-            if who.get("addr") not in (None, (cell.dst or "").split("%")[0]):
-                cell.outcome = "wrong-host"
-                cell.detail = "answered by %s (rail %s, address %s), not %s" % (
-                    who.get("host"), who.get("rail"), who.get("addr"), cell.dst)
-        outcome, detail = cell.outcome, cell.detail
-        try:
-            await step("disconnect", ach.disconnect(cm, raise_on_error=False), timeout_ms / 1000.0)
-        except RdmaCmError:
-            pass  # the peer disconnected first: the connection is down either way
-        cell.outcome, cell.detail = outcome, detail  # no DREP in time: the handshake itself was fine
-    finally:
-        cm.destroy()
-
-
 async def check_async(rails: Sequence[Rail], targets: Sequence[Target], *, port: int = 7471, timeout_ms: int = 2000,
                       concurrency: int = 64, ps: str = "tcp", host: Optional[str] = None,
                       on_cell: Optional[Callable[[Cell], None]] = None, channel: Any = None,
@@ -277,40 +196,40 @@ async def check_async(rails: Sequence[Rail], targets: Sequence[Target], *, port:
             if on_cell is not None:
                 on_cell(c)
     gids = _gid_entries(devs)
-    gate = asyncio.Semaphore(concurrency)
     # The failed cells are explained in one thread of their own (pyroute2 runs a loop of its
     # own), through one routing socket and links dump for the whole run (a netlink session
     # open in that thread from its start to the end of the run), with the devices read once.
     from concurrent.futures import ThreadPoolExecutor
 
     from .._netlink_route import session
+    from .driver import Run
 
     explainer = ThreadPoolExecutor(1, thread_name_prefix="mesh-why", initializer=session().__enter__)
+    loop = asyncio.get_running_loop()
 
-    async def one(c: Cell, src: Any, dst: Any) -> None:
-        async with gate:
-            try:
-                await _cell(ach, c, src, dst, pspace, timeout_ms, devs, gids)
-                if not c.ok:
-                    c.why = await asyncio.get_running_loop().run_in_executor(explainer, _why, c.dst or "", c.src, devs)
-            finally:
-                if on_cell is not None:
-                    on_cell(c)
+    def explain(c: Cell) -> "asyncio.Future[List[str]]":
+        return loop.run_in_executor(explainer, _why, c.dst or "", c.src, devs)
 
     try:
         async with AsyncChannel(channel) as ach:
-            tasks = [asyncio.ensure_future(one(c, s, d)) for c, s, d in work]
+            run = Run(ach, work, pspace, timeout_ms, devs, gids, concurrency, on_cell or _no_cell, explain,
+                      parse_identity)
             try:
-                await asyncio.gather(*tasks)
+                await run.finished
             except asyncio.CancelledError:
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
+                run.stop()
+                raise
+            except BaseException:
+                run.stop(report=False)
                 raise
     finally:
         explainer.submit(session().__exit__, None, None, None)  # closes the thread's routing socket
         explainer.shutdown(wait=True)
     return cells
+
+
+def _no_cell(cell: Cell) -> None:
+    pass
 
 
 def check(rails: Sequence[Rail], targets: Sequence[Target], **kwargs: Any) -> List[Cell]:

@@ -344,16 +344,6 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
             return
         self._reject(data.draw(st.sampled_from(ids), label="id"), reason)
 
-    @rule(data=st.data(), reason=st.sampled_from([0, 28, 35]))
-    def reject_answer(self, data: st.DataObject, reason: int) -> None:
-        """REJECT where the kernel sends it: a request not answered yet (a passive id's
-        REQ_RCVD) or a REP not answered with the RTU (an active id's REP_RCVD); the rule
-        above draws from every id, where REJECT is mostly refused."""
-        self._settle()
-        ids = [c for c in self._live("passive", "active") if c.cm in ("req_rcvd", "rep_rcvd")]
-        if ids:
-            self._reject(data.draw(st.sampled_from(ids), label="id"), reason)
-
     def _reject(self, c: Cid, reason: int) -> None:
         if self._left_out(c, "REJECT"):
             return

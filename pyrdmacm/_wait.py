@@ -173,8 +173,10 @@ class SignalPipe:
 
     def disarm(self, old: int) -> None:
         """Give ``old`` back to ``signal.set_wakeup_fd`` (without warnings when it fills, as
-        asyncio sets its own)."""
+        asyncio sets its own), and hand it what signals wrote meanwhile: a handler that raised
+        ended the wait before the wait read them."""
         self._set(old, warn_on_full_buffer=False)
+        self.drain(old)
 
     def close(self) -> None:
         os.close(self.r)

@@ -1,5 +1,5 @@
-"""What the kernel says of an id: QUERY ADDR, GID, PATH and IB_SERVICE, and librdmacm's
-accessors over them (``rdma_get_local_addr`` ...).
+"""What the kernel says of an id: QUERY ADDR, GID, PATH and IB_SERVICE, QUERY_ROUTE, and
+librdmacm's accessors over them (``rdma_get_local_addr`` ...).
 
 librdmacm queries the kernel after every event; an id here asks on first use of what
 the queries return and caches the answers (:meth:`~pyrdmacm.state.Life._answers`) until
@@ -20,13 +20,18 @@ from .state import Life, State
 
 if TYPE_CHECKING:  # pragma: no cover
     from .devices import Device
-    from .records import AddrInfo, DeviceRef, PathRecord, ServiceRecord
+    from .records import AddrInfo, DeviceRef, PathRecord, RouteInfo, ServiceRecord
 
 __all__ = ["Queries"]
 
 _CMD = wire.COMMAND
 _DESTROYED = State.DESTROYED
 _R = TypeVar("_R")
+_ZERO_GID = bytes(16)
+
+
+def _gid(raw: bytes) -> Optional[ipaddress.IPv6Address]:
+    return ipaddress.IPv6Address(raw) if raw != _ZERO_GID else None
 
 
 class Queries(Life):
@@ -82,23 +87,43 @@ class Queries(Life):
             r = self._ask("QUERY_ROUTE", 0, wire.route_reply_prefill(), wire.route_reply)
         else:
             r = self._ask("QUERY_ADDR", abi.QueryOption.ADDR, wire.addr_reply_prefill(), wire.addr_reply)
-        from .records import AddrInfo, DeviceRef  # loaded on first use (pyrdmacm._records_later)
+        from .records import AddrInfo  # loaded on first use (pyrdmacm._records_later)
 
-        device = None
-        if r.node_guid or (r.ibdev_index is not None and r.port_num):
-            known = None
-            if devices is not None:  # the caller read them (so pyrdmacm.devices is loaded already)
-                from .devices import find_device
-
-                known = find_device(r.ibdev_index, r.node_guid or None, devices=devices)
-            if known is not None:
-                name, index = known.name, (r.ibdev_index if r.ibdev_index is not None else known.index)
-            else:
-                name, index = ch._t.identify_device(r.ibdev_index, r.node_guid)
-            device = DeviceRef(name, index, r.node_guid)
-        info = AddrInfo(r.src, r.dst, device, r.port_num, r.pkey)
+        info = AddrInfo(r.src, r.dst, self._device_ref(r.node_guid, r.ibdev_index, r.port_num, devices), r.port_num,
+                        r.pkey)
         cache[0] = info  # into the list taken before asking: an event meanwhile dropped it
         return info
+
+    def _device_ref(self, node_guid: int, ibdev_index: Optional[int], port_num: int,
+                    devices: Optional[Iterable["Device"]]) -> Optional[DeviceRef]:
+        """The device a query reply named by index and node GUID (None: the id is on none)."""
+        if not node_guid and (ibdev_index is None or not port_num):
+            return None
+        from .records import DeviceRef  # loaded on first use (pyrdmacm._records_later)
+
+        known = None
+        if devices is not None:  # the caller read them (so pyrdmacm.devices is loaded already)
+            from .devices import find_device
+
+            known = find_device(ibdev_index, node_guid or None, devices=devices)
+        if known is not None:
+            name, index = known.name, (ibdev_index if ibdev_index is not None else known.index)
+        else:
+            name, index = self.channel._t.identify_device(ibdev_index, node_guid)
+        return DeviceRef(name, index, node_guid)
+
+    def query_route(self, devices: Optional[Iterable["Device"]] = None) -> RouteInfo:
+        """QUERY_ROUTE: the device, the port, and the route's first path (its GIDs and pkey),
+        in one command, as librdmacm reads them after ROUTE_RESOLVED.  Before resolve_route
+        the kernel gives the GIDs of the addresses on RoCE, the port's and the broadcast
+        GID's on IB (``num_paths`` 0); an id on no device has none.  ``devices``: as for
+        :meth:`query_addr`.  Not cached: the route changes with the id."""
+        self._alive("query_route")
+        r = self._ask("QUERY_ROUTE", 0, wire.route_reply_prefill(), wire.route_where)
+        from .records import RouteInfo  # loaded on first use (pyrdmacm._records_later)
+
+        device = self._device_ref(r.node_guid, r.ibdev_index, r.port_num, devices)
+        return RouteInfo(device, r.port_num, _gid(r.sgid), _gid(r.dgid), r.pkey, r.num_paths)
 
     def query_gid(self) -> Tuple[Optional[Address], Optional[Address]]:
         """QUERY GID: source and destination as AF_IB addresses (the GIDs, pkey, service id)."""

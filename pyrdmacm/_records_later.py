@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from .abi import QpAttrMask
     from .addr import Address
 
-__all__ = ["MTU_BYTES", "mtu_bytes", "DeviceRef", "AddrInfo", "PathRecord", "ServiceRecord", "AhAttr", "UdParam",
-           "QpAttr"]
+__all__ = ["MTU_BYTES", "mtu_bytes", "DeviceRef", "AddrInfo", "RouteInfo", "PathRecord", "ServiceRecord", "AhAttr",
+           "UdParam", "QpAttr"]
 
 #: IBTA's MTU code (``enum ib_mtu``) -> bytes
 MTU_BYTES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
@@ -61,6 +61,23 @@ class AddrInfo:
     device: Optional[DeviceRef]
     port_num: int
     pkey: int
+
+
+@dataclass(frozen=True)
+class RouteInfo:
+    """QUERY_ROUTE's answer: the device and port the id is bound to and its route's first
+    path: the GIDs it goes between and their partition key, in one command (an id on no
+    device has none of them: ``device`` None, GIDs None)."""
+
+    __module__ = "pyrdmacm.records"
+
+    device: Optional[DeviceRef]
+    port_num: int
+    sgid: Optional[ipaddress.IPv6Address]
+    dgid: Optional[ipaddress.IPv6Address]
+    pkey: int
+    #: the route's paths: 0 before resolve_route (the GIDs are then the addresses' own), 1 or 2
+    num_paths: int
 
 
 @dataclass(frozen=True)

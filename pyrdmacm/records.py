@@ -1,7 +1,7 @@
 """What the kernel's replies and events say, and what a connection sends, as frozen objects.
 
-Device, address and path (:meth:`~pyrdmacm.CmId.query_addr`,
-:meth:`~pyrdmacm.CmId.query_path`); the connection parameters (:class:`ConnParam`:
+Device, address, route and path (:meth:`~pyrdmacm.CmId.query_addr`,
+:meth:`~pyrdmacm.CmId.query_route`, :meth:`~pyrdmacm.CmId.query_path`); the connection parameters (:class:`ConnParam`:
 what CONNECT and ACCEPT send, and what CONNECT_REQUEST, CONNECT_RESPONSE and
 ESTABLISHED carry of the peer's); the datagram parameters of an ESTABLISHED or
 MULTICAST_JOIN event of a UD id (:class:`UdParam`, with its :class:`AhAttr`); the QP
@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 from ._record import Record, set_field
 
-__all__ = ["DeviceRef", "AddrInfo", "PathRecord", "ServiceRecord", "ConnParam", "AhAttr", "UdParam", "QpAttr", "MTU_BYTES",
-           "mtu_bytes"]
+__all__ = ["DeviceRef", "AddrInfo", "RouteInfo", "PathRecord", "ServiceRecord", "ConnParam", "AhAttr", "UdParam",
+           "QpAttr", "MTU_BYTES", "mtu_bytes"]
 
 
 @dataclass(init=False, repr=False, eq=False)  # written out: see pyrdmacm._record
@@ -88,8 +88,8 @@ class ConnParam(Record):
 
 
 #: the names of :mod:`pyrdmacm._records_later`: loaded on first use
-_LATER = frozenset(("DeviceRef", "AddrInfo", "PathRecord", "ServiceRecord", "AhAttr", "UdParam", "QpAttr", "MTU_BYTES",
-                    "mtu_bytes", "_mask_fields"))
+_LATER = frozenset(("DeviceRef", "AddrInfo", "RouteInfo", "PathRecord", "ServiceRecord", "AhAttr", "UdParam", "QpAttr",
+                    "MTU_BYTES", "mtu_bytes", "_mask_fields"))
 
 if TYPE_CHECKING:  # the names as this module's own (explicit re-exports)
     from ._records_later import MTU_BYTES as MTU_BYTES
@@ -97,6 +97,7 @@ if TYPE_CHECKING:  # the names as this module's own (explicit re-exports)
     from ._records_later import AhAttr as AhAttr
     from ._records_later import DeviceRef as DeviceRef
     from ._records_later import PathRecord as PathRecord
+    from ._records_later import RouteInfo as RouteInfo
     from ._records_later import QpAttr as QpAttr
     from ._records_later import ServiceRecord as ServiceRecord
     from ._records_later import UdParam as UdParam

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import operator
 import struct
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
@@ -259,6 +260,30 @@ def route_reply(buf: Any) -> AddrReply:
         unpack_sockaddr(v[i["dst_addr"]]),
         None if index == NO_INDEX else index,
     )
+
+
+class RouteReply(NamedTuple):
+    """QUERY_ROUTE decoded for its route: the device, port and first path's GIDs and pkey (the
+    addresses are left undecoded: ``route_reply`` has them)."""
+
+    node_guid: int
+    port_num: int
+    ibdev_index: Optional[int]
+    num_paths: int
+    sgid: bytes  #: 16 bytes, all zero when the kernel gave none (an id on no device)
+    dgid: bytes
+    pkey: int
+
+
+_ROUTE_WHERE = operator.itemgetter(*(_ROUTE_I[n] for n in ("node_guid", "port_num", "ibdev_index", "num_paths",
+                                                            "ib_route[0].sgid", "ib_route[0].dgid", "ib_route[0].pkey")))
+
+
+def route_where(buf: Any) -> RouteReply:
+    """``rdma_ucm_query_route_resp`` for the route's place (QUERY_ROUTE on any kernel)."""
+    v = _ROUTE.unpack_from(buf)
+    g, p, index, n, sgid, dgid, pkey = _ROUTE_WHERE(v)
+    return RouteReply(g, p, None if index == NO_INDEX else index, n, sgid, dgid, pkey)
 
 
 _SA_PATH = CODECS["ib_sa_path_rec"]

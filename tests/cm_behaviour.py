@@ -116,6 +116,31 @@ def test_resolve_peer_then_route(world: World):
         assert paths and paths[0].sgid == sgid and paths[0].dgid == dgid
 
 
+def test_query_route_gives_the_device_port_and_gids_in_one_command(world: World):
+    """QUERY_ROUTE (the fabric check's one query a cell): an id on no device has none of
+    them; after ADDR_RESOLVED the addresses' GIDs and no path; after ROUTE_RESOLVED the
+    path's: the GIDs of QUERY GID and QUERY PATH, the device and port of QUERY ADDR."""
+    with world.channel() as ch:
+        cm = CmId(ch)
+        r = cm.query_route()
+        assert (r.device, r.port_num, r.sgid, r.dgid, r.num_paths) == (None, 0, None, None, 0), r
+        cm.resolve_addr(world.peer, timeout_ms=3000)
+        ev = wait(ch)
+        assert ev.event is E.ADDR_RESOLVED, ev
+        r = cm.query_route()
+        assert r.device is not None and r.device.name == world.device and r.device == cm.device
+        assert r.port_num == cm.port_num == 1
+        assert r.num_paths == 0 and r.sgid is not None and (r.sgid, r.dgid) == (cm.sgid, cm.dgid), r
+        cm.resolve_route(3000)
+        ev = wait(ch)
+        assert ev.event is E.ROUTE_RESOLVED, ev
+        r = cm.query_route(devices=[])  # a list without the device: named as without one
+        path = cm.query_path()[0]
+        assert r.num_paths == 1 and (r.sgid, r.dgid, r.pkey) == (path.sgid, path.dgid, path.pkey), (r, path)
+        assert r.device == cm.device
+        cm.destroy()
+
+
 def test_silent_destination_times_out(world: World):
     with world.channel() as ch:
         cm = CmId(ch)

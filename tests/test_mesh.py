@@ -93,6 +93,7 @@ def test_no_listener_is_reason_8_and_proves_the_path(capsys, on_b):
     assert code == 0, err
     assert cell["outcome"] == "no-listener" and cell["ok"] and cell["status"] == 8
     assert cell["src"] == B and cell["dst"] == A and cell["rail"] == "eth0" and cell["device"] == "fake0"
+    assert cell["sgid"] == "::ffff:" + B and cell["dgid"] == "::ffff:" + A and cell["port"] == 1
     assert set(cell["ms"]) == {"addr", "route", "connect"} and cell["why"] == []
     summary = json.loads(out.splitlines()[-1])
     assert summary["exit"] == 0 and summary["summary"]["cells"] == 1 and summary["summary"]["failed"] == 0

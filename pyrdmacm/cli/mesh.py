@@ -42,12 +42,14 @@ def _int(text: str, flag: str, lo: int, hi: int) -> int:
 
 
 def _outputs(args: argparse.Namespace, m: Any, code: int, started: float) -> int:
-    from ..mesh import render
-
     try:
         if args.svg:
+            from ..mesh import render
+
             render.write_atomically(args.svg, render.svg(m))
         if args.prometheus:
+            from ..mesh import render
+
             render.write_atomically(args.prometheus, render.prometheus(m))
     except OSError as e:
         _err("cannot write %s: %s" % (e.filename, e.strerror or e))
@@ -59,6 +61,8 @@ def _outputs(args: argparse.Namespace, m: Any, code: int, started: float) -> int
                                "rows": ["%s/%s" % r for r in m.rows], "targets": m.columns,
                                "seconds": round(time.monotonic() - started, 3)}, "exit": code})
     else:
+        from ..mesh import render  # not for JSON: the SVG's escaping brings in urllib (a tenth of a second)
+
         sys.stdout.write(render.table(m, explain=not args.brief))
     return code
 

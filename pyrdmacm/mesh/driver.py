@@ -209,17 +209,16 @@ class CellRun(Waiter):
                 self._finish()
 
     def _where(self) -> None:
-        """Where the route landed: the device (named from the run's list: no sysfs read a
-        cell), the port, the GIDs and the source GID's index and type."""
-        cell, cm, run = self.cell, self.cm, self.run
-        info = cm.query_addr(devices=run.devs)
-        cell.device = info.device.name if info.device else None
-        cell.port = info.port_num
-        sgid, dgid = cm.query_gid()
-        cell.sgid = ip_text(sgid.ip) if sgid is not None else None
-        cell.dgid = ip_text(dgid.ip) if dgid is not None else None
-        cell.gid_index, cell.gid_type = run.gids.get((cell.device, cell.port, sgid.ip if sgid else None),
-                                                     (None, None))
+        """Where the route landed, in one QUERY_ROUTE: the device (named from the run's list:
+        no sysfs read a cell), the port, the GIDs and the source GID's index and type."""
+        cell, run = self.cell, self.run
+        r = self.cm.query_route(devices=run.devs)
+        cell.device = r.device.name if r.device else None
+        cell.port = r.port_num
+        sgid, dgid = r.sgid, r.dgid
+        cell.sgid = ip_text(sgid) if sgid is not None else None
+        cell.dgid = ip_text(dgid) if dgid is not None else None
+        cell.gid_index, cell.gid_type = run.gids.get((cell.device, cell.port, sgid), (None, None))
 
     def _answered(self, ev: Any) -> None:
         """The connect's answer: REJ (reason 8: nobody listens, the path works), no answer,

@@ -206,8 +206,11 @@ async def check_async(rails: Sequence[Rail], targets: Sequence[Target], *, port:
 
     explainer = ThreadPoolExecutor(1, thread_name_prefix="mesh-why", initializer=session().__enter__)
     loop = asyncio.get_running_loop()
+    explained = False  # the thread (and its routing socket) is made on the first failure
 
     def explain(c: Cell) -> "asyncio.Future[List[str]]":
+        nonlocal explained
+        explained = True
         return loop.run_in_executor(explainer, _why, c.dst or "", c.src, devs)
 
     try:
@@ -223,7 +226,8 @@ async def check_async(rails: Sequence[Rail], targets: Sequence[Target], *, port:
                 run.stop(report=False)
                 raise
     finally:
-        explainer.submit(session().__exit__, None, None, None)  # closes the thread's routing socket
+        if explained:
+            explainer.submit(session().__exit__, None, None, None)  # closes the thread's routing socket
         explainer.shutdown(wait=True)
     return cells
 

@@ -275,6 +275,11 @@ class IdCommands(KernelCore):
         for key, a in (("src_addr", ctx.src), ("dst_addr", ctx.dst)):
             if a is not None:
                 vals[key] = a.pack_in6()
+        if ctx.dev is not None:  # RoCE's route: the addresses' GIDs, one path once resolved
+            for key, a in (("ib_route[0].sgid", ctx.src), ("ib_route[0].dgid", ctx.dst)):
+                if a is not None and a.family != AF_IB:
+                    vals[key] = self.net.gid_of(a.ip, ctx.dev).packed
+            vals["num_paths"] = 1 if ctx.state is S.ROUTE_RESOLVED or ctx.path is not None else 0
         raw = CODECS["rdma_ucm_query_route_resp"].pack_dict(vals)
         write_to_address(f["response"], raw[: min(size_out, self._reply_size("rdma_ucm_query_route_resp"))])
 

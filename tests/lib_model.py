@@ -510,7 +510,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             kernel_ids = None
         else:
             from pyrdmacm._device import KernelDevice
-            from ucma_model import netlink_states
+            from ucma_world import netlink_states
 
             def make() -> Any:
                 return Link(KernelDevice, KernelDevice, a.address, a.address, 10.0)

@@ -6,7 +6,7 @@ import pytest
 
 import ucma_conn_model as cm
 from ucma_conn_model import Cid, ConnMachine, K
-from ucma_model import Disagreement
+from ucma_world import Disagreement
 
 
 class _Chan:

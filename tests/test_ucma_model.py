@@ -1,10 +1,11 @@
-"""The fuzzer's model (tests/ucma_model.py) without a kernel: worlds, matching netlink's
+"""The fuzzer's model (tests/ucma_world.py) without a kernel: worlds, matching netlink's
 states, port conflicts and the documented answers it allows."""
 
 import errno
 
-import ucma_model as um
-from ucma_model import S, World
+import ucma_id_steps as steps
+import ucma_world as um
+from ucma_world import S, World
 
 
 def _id(ps=um.PS.TCP, qp=um.QP.RC, worlds=None, uid=1):
@@ -13,7 +14,7 @@ def _id(ps=um.PS.TCP, qp=um.QP.RC, worlds=None, uid=1):
 
 def test_work_in_flight_may_or_may_not_have_completed():
     m = _id()
-    (err, w), = um.resolve_outcomes(m, World(), um.DSTS["local"], None, [])
+    (err, w), = um.resolve_outcomes(m, World(), steps.DSTS["local"], None, [])
     assert err == 0 and w.state is S.ADDR_QUERY
     m.worlds = {w}
     states = {(x.state, x.q[0][0] if x.q else None) for x in m.possible()}
@@ -22,19 +23,19 @@ def test_work_in_flight_may_or_may_not_have_completed():
 
 def test_an_id_of_uid_0_gets_no_event():
     m = _id(uid=0)
-    (_, w), = um.resolve_outcomes(m, World(), um.DSTS["local"], None, [])
+    (_, w), = um.resolve_outcomes(m, World(), steps.DSTS["local"], None, [])
     m.worlds = {w}
     assert all(not x.q for x in m.possible())
 
 
 def test_resolve_refused_outside_idle_and_addr_bound():
     for st in (S.ADDR_QUERY, S.ADDR_RESOLVED, S.ROUTE_RESOLVED, S.LISTEN, S.CONNECT):
-        assert um.resolve_outcomes(_id(), World(state=st, dev=True, fam=2), um.DSTS["local"], None, []) == \
+        assert um.resolve_outcomes(_id(), World(state=st, dev=True, fam=2), steps.DSTS["local"], None, []) == \
             [(errno.EINVAL, World(state=st, dev=True, fam=2))]
 
 
 def test_family_mismatch_leaves_the_id_bound():
-    (err, w), = um.resolve_outcomes(_id(), World(), um.DSTS["local6"], um.ADDRS["local"], [])
+    (err, w), = um.resolve_outcomes(_id(), World(), steps.DSTS["local6"], steps.ADDRS["local"], [])
     assert err == errno.EINVAL and w.state is S.ADDR_BOUND and w.dev
 
 
@@ -80,7 +81,7 @@ def test_connect_refused_ends_in_failed_with_rej_8():
 def test_ipoib_resolves_only_through_the_loopback_path():
     m = _id(ps=um.PS.IPOIB, qp=um.QP.UD)
     for dst, event in (("local", "ADDR_ERROR"), ("any", "ADDR_RESOLVED")):
-        (_, w), = um.resolve_outcomes(m, World(), um.DSTS[dst], None, [])
+        (_, w), = um.resolve_outcomes(m, World(), steps.DSTS[dst], None, [])
         m.worlds = {w}
         assert {x.q[0][0] for x in m.possible() if x.q} == {event}
 

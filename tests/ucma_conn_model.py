@@ -51,7 +51,7 @@ from pyrdmacm.addr import parse_address
 from ucma_conn_crossing import Crossings
 from ucma_conn_ends import (DUE, MAX_IDS, PORTS, Cid, accepted, disconnect_sent, gone, owe,
                             rejected_by, show)
-from ucma_model import LOCAL, CLOSED_PORT, Disagreement, _en, match_states, netlink_states, nothing_left
+from ucma_world import CLOSED_PORT, LOCAL, Disagreement, _en, match_states, netlink_states, nothing_left
 
 C = abi.UserCmCmd
 #: the connection parameters every CONNECT and ACCEPT carries besides valid and qp_num

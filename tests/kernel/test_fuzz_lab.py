@@ -8,6 +8,7 @@ A failure's message is the shrunk sequence as a runnable script of Raw calls.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import sys
@@ -19,6 +20,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import ucma_model  # noqa: E402
+import ucma_world  # noqa: E402
 from pyrdmacm.conformance import kernel_version  # noqa: E402
 
 pytestmark = pytest.mark.kernel
@@ -31,7 +33,7 @@ def test_bounded_campaign():
     release = os.uname().release
     seed = zlib.crc32(release.encode())
     ucma_model.UcmaMachine.version = kernel_version()
-    ucma_model.UcmaMachine.stats = {"sequences": 0, "commands": 0, "errnos": ucma_model.collections.Counter()}
+    ucma_model.UcmaMachine.stats = {"sequences": 0, "commands": 0, "errnos": collections.Counter()}
     start = time.monotonic()
     report = ucma_model.run_round(seed, EXAMPLES, STEPS, shrink_budget=15)
     stats = ucma_model.UcmaMachine.stats
@@ -82,7 +84,7 @@ class _Data:
 def test_replay_a_connect_refused_then_the_answers_of_a_failed_id():
     """CONNECT to a port nobody listens on: REJECTED 8, and the id (the kernel's CONNECT)
     answers every call but destroy as the model says."""
-    with _replayed(ucma_model.PS.TCP, ucma_model.QP.RC,
+    with _replayed(ucma_world.PS.TCP, ucma_world.QP.RC,
                    lambda m, d: m.resolve_addr(d, "local", None, None, 2000, False),
                    lambda m, d: m.get_event(d, 336, 1.0, ch=0),
                    lambda m, d: m.resolve_route(d, 1000),
@@ -93,24 +95,24 @@ def test_replay_a_connect_refused_then_the_answers_of_a_failed_id():
                    lambda m, d: m.reject(d, 0, 0),
                    lambda m, d: m.disconnect(d),
                    lambda m, d: m.init_qp_attr(d, 1, 144)) as (m, h):
-        assert {w.state for w in h.worlds} == {ucma_model.S.FAILED}, ucma_model._states(h)
+        assert {w.state for w in h.worlds} == {ucma_world.S.FAILED}, ucma_world._states(h)
 
 
 def test_replay_route_of_an_id_resolved_to_the_any_address_is_enodev():
     """Found by the campaign on 6.1 (seed 1405; a model bug): RESOLVE_ADDR to 0.0.0.0 is
     cma_resolve_loopback, which binds no netdev; RoCE's cma_resolve_iboe_route then finds
     none and RESOLVE_ROUTE answers ENODEV, the id back in ADDR_RESOLVED."""
-    with _replayed(ucma_model.PS.TCP, ucma_model.QP.RC,
+    with _replayed(ucma_world.PS.TCP, ucma_world.QP.RC,
                    lambda m, d: m.resolve_addr(d, "any", None, None, 2000, False),
                    lambda m, d: m.get_event(d, 336, 1.0, ch=0),
                    lambda m, d: m.resolve_route(d, 1000),
                    lambda m, d: m.resolve_route(d, 1000)) as (m, h):
         assert "ENODEV" in m.script[-1], m.script[-1]
-        assert {w.state for w in h.worlds} == {ucma_model.S.ADDR_RESOLVED}, ucma_model._states(h)
+        assert {w.state for w in h.worlds} == {ucma_world.S.ADDR_RESOLVED}, ucma_world._states(h)
 
 
-@pytest.mark.parametrize("ps,qp,answer", [(ucma_model.PS.TCP, ucma_model.QP.RC, "EINVAL"),
-                                          (ucma_model.PS.UDP, ucma_model.QP.UD, "ok")])
+@pytest.mark.parametrize("ps,qp,answer", [(ucma_world.PS.TCP, ucma_world.QP.RC, "EINVAL"),
+                                          (ucma_world.PS.UDP, ucma_world.QP.UD, "ok")])
 def test_replay_init_qp_attr_of_a_listener_on_a_device(ps, qp, answer):
     """Found by CI's campaign on 5.10 (seed 713683268; a model bug, the same on 6.1): a
     connected listener bound to a device holds an IB CM listen id, and ib_cm_init_qp_attr
@@ -128,10 +130,10 @@ def test_replay_init_qp_attr_of_an_ipoib_id_on_roce_is_enodev(legacy):
     20261202; a model bug): a PS_IPOIB/UD id resolved to the any address (cma_resolve_loopback
     binds a RoCE device) answers INIT_QP_ATTR with ENODEV: its qkey would be the IPoIB
     broadcast group's, which the SA's multicast client cannot give for a RoCE port."""
-    with _replayed(ucma_model.PS.IPOIB, ucma_model.QP.UD,
+    with _replayed(ucma_world.PS.IPOIB, ucma_world.QP.UD,
                    lambda m, d: m.resolve_addr(d, "any", None, None, 2000, legacy),
                    lambda m, d: m.get_event(d, 336, 1.0, ch=0),
                    lambda m, d: m.init_qp_attr(d, 1, 144),
                    lambda m, d: m.init_qp_attr(d, 2, 144)) as (m, h):
         assert m.script[-1].endswith("-> ENODEV"), m.script[-1]
-        assert {w.state for w in h.worlds} == {ucma_model.S.ADDR_RESOLVED}, ucma_model._states(h)
+        assert {w.state for w in h.worlds} == {ucma_world.S.ADDR_RESOLVED}, ucma_world._states(h)

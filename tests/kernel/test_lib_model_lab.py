@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import lib_model  # noqa: E402
 from conn_behaviour import Link  # noqa: E402
 from pyrdmacm._device import KernelDevice  # noqa: E402
-from ucma_model import netlink_states  # noqa: E402
+from ucma_world import netlink_states  # noqa: E402
 
 pytestmark = pytest.mark.kernel
 

@@ -49,6 +49,8 @@ def print_figures(fig: Dict[str, Any], out: Callable[[str], None] = print) -> No
            fig["seconds"], fig["rounds"], fig["seed"], len(fig["disagreements"])))
     if "events" in fig:
         out("  events read: %s" % (", ".join("%s %d" % (e, n) for e, n in sorted(fig["events"].items())) or "none"))
+    if "addresses" in fig:
+        out("  sequences over: %s" % ", ".join("%s %d" % (a, n) for a, n in sorted(fig["addresses"].items())))
     if "readers" in fig:
         out("  channels read by: %s" % ", ".join("%s %d" % (how, n) for how, n in fig["readers"].items()))
     by_cmd: Dict[str, List[str]] = collections.defaultdict(list)

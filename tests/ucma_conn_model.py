@@ -1,8 +1,9 @@
 """The connection half of the ucma model (issue #25): connections among the fuzzer's own ids.
 
 :mod:`ucma_model` checks every command on ids that never meet (its CONNECTs go to a port
-nobody listens on).  Here the ids connect to each other over the lab's own address
-(loopback through Soft-RoCE: REQ, REP, RTU, DREQ and DREP are real MADs): listeners, the
+nobody listens on).  Here the ids connect to each other over the lab's own address,
+IPv4, IPv6 or IPv6 link-local with its zone, one a sequence (loopback through Soft-RoCE: REQ,
+REP, RTU, DREQ and DREP are real MADs): listeners, the
 requests' child ids, accept, reject, the RTU (ACCEPT with ``valid`` 0, librdmacm's
 ``rdma_establish``), disconnect from either side and from both at once, destroy in every
 state, closing a channel with connections on it, and migrating ids with events unread.
@@ -36,13 +37,14 @@ from __future__ import annotations
 
 import collections
 import errno
+import ipaddress
 import os
 import select
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from pyrdmacm import abi, kernel_rules
 from pyrdmacm._codec import CODECS
@@ -51,7 +53,7 @@ from pyrdmacm.addr import parse_address
 from ucma_conn_crossing import Crossings
 from ucma_conn_ends import (DUE, MAX_IDS, PORTS, Cid, accepted, disconnect_sent, gone, owe,
                             rejected_by, show)
-from ucma_world import CLOSED_PORT, LOCAL, Disagreement, _en, match_states, netlink_states, nothing_left
+from ucma_world import CLOSED_PORT, LOCAL, LOCAL6, Disagreement, _en, match_states, netlink_states, nothing_left
 
 C = abi.UserCmCmd
 #: the connection parameters every CONNECT and ACCEPT carries besides valid and qp_num
@@ -64,6 +66,26 @@ K = abi.RdmaCmState
 EV = abi.CmEventType
 EINVAL = errno.EINVAL
 ETIMEDOUT = errno.ETIMEDOUT
+
+def link_local(netdev: str = "eth0") -> Optional[str]:
+    """``netdev``'s IPv6 link-local address with its zone (``fe80::...%eth0``), as
+    /proc/net/if_inet6 lists it; None when it has none."""
+    try:
+        with open("/proc/net/if_inet6") as f:
+            for line in f:
+                words = line.split()
+                if len(words) == 6 and words[5] == netdev and words[3] == "20":  # scope link
+                    return "%s%%%s" % (ipaddress.IPv6Address(bytes.fromhex(words[0])), netdev)
+    except OSError:
+        pass
+    return None
+
+
+#: the addresses a sequence's connections use, one a sequence (a listener bound to an address
+#: of one family takes no request to the other's: a case the model leaves out): the lab's IPv4
+#: address, its global IPv6 one, its IPv6 link-local one with the zone (``sin6_scope_id``)
+WHERE: Dict[str, Any] = {"IPv4": lambda: LOCAL, "IPv6": lambda: LOCAL6, "IPv6 link-local": link_local}
+
 
 class ConnMachine(Crossings, RuleBasedStateMachine):
     """Connections among this process's ids on the lab's own address, checked against the model."""
@@ -85,7 +107,19 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
         self.baseline = netlink_states(self.pid)
         self.script: List[str] = ["from pyrdmacm.conformance import Raw", "from pyrdmacm.addr import parse_address",
                                   "import select", "ch = [Raw(), Raw()]"]
+        #: the address every listener binds and every active id resolves (:data:`WHERE`)
+        self.addr = LOCAL
         ConnMachine.stats["sequences"] += 1
+
+    @initialize(where=st.sampled_from(sorted(WHERE)))
+    def family(self, where: str) -> None:
+        """The sequence's address (:data:`WHERE`)."""
+        addr = WHERE[where]()
+        if addr is None:
+            self._fail("the lab's eth0 has no IPv6 link-local address")
+        self.addr = addr
+        ConnMachine.stats.setdefault("addresses", collections.Counter())[where] += 1
+        self.script.append("# every listener binds and every active id resolves %s" % addr)
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -238,10 +272,10 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
         if any(c.role == "listener" and c.port == port for c in self.ids):
             return
         c = self._create(ch)
-        addr = parse_address(LOCAL, port)
+        addr = parse_address(self.addr, port)
         err = self._send(ch, "BIND", {"id": c.handle, "addr_size": addr.size, "addr": addr.pack_storage()},
-                         {"addr": "parse_address(%r, %d).pack_storage()" % (LOCAL, port)})
-        self._expect("BIND %s:%d" % (LOCAL, port), err, 0)
+                         {"addr": "parse_address(%r, %d).pack_storage()" % (self.addr, port)})
+        self._expect("BIND %s port %d" % (self.addr, port), err, 0)
         err = self._send(ch, "LISTEN", {"id": c.handle, "backlog": backlog})
         self._expect("LISTEN", err, 0)
         c.role, c.state, c.port = "listener", K.LISTEN, port
@@ -249,13 +283,14 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
     @precondition(lambda self: len(self.ids) < MAX_IDS)
     @rule(ch=st.integers(0, 1), port=st.sampled_from(PORTS + PORTS + (CLOSED_PORT,)))
     def prepare(self, ch: int, port: int) -> None:
-        """An active id: resolved to the lab's own address and ``port`` (the service its REQ
-        names), its route resolved."""
+        """An active id: resolved to the sequence's address (the lab's own) and ``port`` (the
+        service its REQ names), its route resolved."""
         self._settle()
         c = self._create(ch)
-        err = self._send(ch, "RESOLVE_ADDR", {"id": c.handle, "timeout_ms": 2000, "dst_size": 16,
-                                             "dst_addr": parse_address(LOCAL, port).pack_storage()},
-                         {"dst_addr": "parse_address(%r, %d).pack_storage()" % (LOCAL, port)})
+        dst = parse_address(self.addr, port)
+        err = self._send(ch, "RESOLVE_ADDR", {"id": c.handle, "timeout_ms": 2000, "dst_size": dst.size,
+                                             "dst_addr": dst.pack_storage()},
+                         {"dst_addr": "parse_address(%r, %d).pack_storage()" % (self.addr, port)})
         self._expect("RESOLVE_ADDR", err, 0)
         c.role, c.port = "active", port
         owe(c, "ADDR_RESOLVED", frozenset({0}))
@@ -513,12 +548,12 @@ def campaign(seconds: float, seed: int, examples: int = 10, steps: int = 25, out
 
     ConnMachine.version = kernel_version()
     ConnMachine.stats = {"sequences": 0, "commands": 0, "errnos": collections.Counter(),
-                         "events": collections.Counter()}
+                         "events": collections.Counter(), "addresses": collections.Counter()}
     n, found, took = fuzz_runner.rounds(seconds, seed, lambda s: run_round(s, examples, steps), "connections, ", out)
     st_ = ConnMachine.stats
     return {"machine": "connections", "kernel": os.uname().release, "seed": seed, "rounds": n, "seconds": took,
             "sequences": st_["sequences"], "commands": st_["commands"], "errnos": st_["errnos"],
-            "events": st_["events"], "disagreements": found}
+            "events": st_["events"], "addresses": st_["addresses"], "disagreements": found}
 
 
 def main(argv: Optional[List[str]] = None) -> int:

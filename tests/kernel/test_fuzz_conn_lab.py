@@ -28,7 +28,7 @@ EXAMPLES, STEPS = 15, 25
 def _reset_stats():
     cm.ConnMachine.version = kernel_version()
     cm.ConnMachine.stats = {"sequences": 0, "commands": 0, "errnos": cm.collections.Counter(),
-                            "events": cm.collections.Counter()}
+                            "events": cm.collections.Counter(), "addresses": cm.collections.Counter()}
 
 
 def test_bounded_connection_campaign():
@@ -38,12 +38,14 @@ def test_bounded_connection_campaign():
     start = time.monotonic()
     report = cm.run_round(seed, EXAMPLES, STEPS)
     stats = cm.ConnMachine.stats
-    print("connection fuzz campaign on %s: seed %d, %d sequences, %d commands, events %s, %.1f s"
-          % (release, seed, stats["sequences"], stats["commands"], dict(stats["events"]), time.monotonic() - start))
+    print("connection fuzz campaign on %s: seed %d, %d sequences (over %s), %d commands, events %s, %.1f s"
+          % (release, seed, stats["sequences"], dict(stats["addresses"]), stats["commands"], dict(stats["events"]),
+             time.monotonic() - start))
     assert report is None, "seed %d (tools/fuzz --kernel ... --machine connections --seed %d):\n%s" % (
         seed, seed, report)
     assert stats["commands"] > EXAMPLES * 3, "the campaign ran almost nothing: %s" % stats
     assert stats["events"]["CONNECT_REQUEST"] > 3, "the campaign made almost no connection: %s" % stats
+    assert set(stats["addresses"]) == set(cm.WHERE), "not every address family was drawn: %s" % stats
 
 
 class _Pick:

@@ -21,7 +21,7 @@ import pytest
 
 from pyrdmacm import CmId, EventChannel, PortSpace, State, wire
 from pyrdmacm.abi import CmEventType as E
-from pyrdmacm.abi import NotifyEvent, OptionId, QpAttrMask, QpState, RejectReason, SidrStatus
+from pyrdmacm.abi import NotifyEvent, QpAttrMask, QpState, RejectReason, SidrStatus
 from pyrdmacm.errors import EventError, KernelError, StateError, UsageError
 from pyrdmacm.conformance import known_bug
 from pyrdmacm.records import ConnParam, UdParam

@@ -14,7 +14,7 @@ from pyrdmacm import CmId, EventChannel, cli, mesh
 from pyrdmacm.abi import CmEventType as E
 from pyrdmacm.cli import conn
 from pyrdmacm.mesh import engine, render
-from pyrdmacm.mesh.cells import OUTCOMES, Cell
+from pyrdmacm.mesh.cells import OUTCOMES, Cell, identity, parse_identity
 from pyrdmacm.testing import FakeFabric
 
 A, B = "10.9.0.1", "10.9.0.2"
@@ -113,7 +113,7 @@ def test_a_step_with_no_answer_times_out_and_the_run_goes_on(capsys, on_b, monke
 
 
 def test_a_listener_that_identifies_itself(capsys, on_b, fabric):
-    close = _listener(on_b[0], engine.identity("node-a", "eth0", A))
+    close = _listener(on_b[0], identity("node-a", "eth0", A))
     try:
         code, out, err = run(capsys, "mesh", A, "--json")
     finally:
@@ -125,7 +125,7 @@ def test_a_listener_that_identifies_itself(capsys, on_b, fabric):
 
 
 def test_an_address_answered_by_the_wrong_node(capsys, on_b, fabric):
-    close = _listener(on_b[0], engine.identity("node-c", "eth1", "10.9.0.3"))
+    close = _listener(on_b[0], identity("node-c", "eth1", "10.9.0.3"))
     try:
         code, out, err = run(capsys, "mesh", A)
     finally:
@@ -234,11 +234,11 @@ def test_every_outcome_has_a_look_and_cells_round_trip():
 
 
 def test_the_identity_fits_a_rep_and_reads_back():
-    data = engine.identity("h" * 300, "eth0", "10.0.0.1")
+    data = identity("h" * 300, "eth0", "10.0.0.1")
     assert len(data) <= 196
-    assert engine.parse_identity(engine.identity("n1", "ib0", "10.1.0.1") + b"\0" * 100) == {
+    assert parse_identity(identity("n1", "ib0", "10.1.0.1") + b"\0" * 100) == {
         "host": "n1", "rail": "ib0", "addr": "10.1.0.1"}
-    assert engine.parse_identity(b"hello") is None
+    assert parse_identity(b"hello") is None
 
 
 def test_the_engine_refuses_a_bad_bound():

@@ -141,7 +141,7 @@ def _identity(args: argparse.Namespace, local: Any) -> bytes:
     import socket
 
     from .._netlink_route import addresses, links
-    from ..mesh.engine import identity
+    from ..mesh.cells import identity
 
     known: Dict[str, bytes] = args.__dict__.setdefault("_identities", {})
     ip = _ip_text(local.ip) if local is not None else None

@@ -130,3 +130,23 @@ class Cell:
         if d["outcome"] not in OUTCOMES:
             raise ValueError("unknown outcome %r (known: %s)" % (d["outcome"], ", ".join(OUTCOMES)))
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+#: what an identifying listener (``pyrdmacm listen --identify``) puts first in its REP's
+#: private data, then ``key=value`` words: host, rail, addr
+IDENTIFY_MAGIC = "pyrdmacm-id"
+
+
+def parse_identity(data: bytes) -> Optional[Dict[str, str]]:
+    """What an identifying listener said in its REP (``pyrdmacm-id host=.. rail=.. addr=..``),
+    or None when the private data is not that."""
+    text = data.rstrip(b"\0").decode("ascii", "replace")
+    words = text.split()
+    if not words or words[0] != IDENTIFY_MAGIC:
+        return None
+    return dict(w.split("=", 1) for w in words[1:] if "=" in w)
+
+
+def identity(host: str, rail: str, addr: str) -> bytes:
+    """The REP's private data of an identifying listener (within the REP's 196 bytes)."""
+    return ("%s host=%s rail=%s addr=%s" % (IDENTIFY_MAGIC, host, rail, addr)).encode("ascii", "replace")[:196]

@@ -22,7 +22,7 @@ from .._router import Waiter, take_of
 from ..abi import CmEventType as E
 from ..errors import RdmaCmError
 from ..state import Call
-from .cells import Cell
+from .cells import Cell, parse_identity
 
 #: how often the run looks for steps past their deadline (s)
 TICK = 0.05
@@ -34,18 +34,17 @@ class Run:
     """One run's cells: those waiting to start, those in flight, and the failed ones being
     explained; ``finished`` is done when none is left.  ``on_cell`` sees each cell as it ends
     (a failed one once ``explain``, which returns a future of the explanation's lines, has
-    explained it); ``identify`` reads a listener's identity from its REP's private data."""
+    explained it)."""
 
     def __init__(self, ach: Any, work: List[Tuple[Cell, Any, Any]], ps: Any, timeout_ms: int, devs: Any,
                  gids: Any, concurrency: int, on_cell: Callable[[Cell], None],
-                 explain: Callable[[Cell], "asyncio.Future[List[str]]"],
-                 identify: Callable[[bytes], Optional[Any]]) -> None:
+                 explain: Callable[[Cell], "asyncio.Future[List[str]]"]) -> None:
         self.loop = asyncio.get_running_loop()
         self.ch, self.ps, self.timeout_ms, self.devs, self.gids = ach.channel, ps, timeout_ms, devs, gids
         #: seconds a resolve step may take (the kernel's own ADDR_ERROR / ROUTE_ERROR comes at
         #: timeout_ms), and a connect or a disconnect
         self.resolve_s, self.answer_s = timeout_ms / 1000.0 + 1.0, timeout_ms / 1000.0
-        self.concurrency, self.on_cell, self.explain, self.identify = concurrency, on_cell, explain, identify
+        self.concurrency, self.on_cell, self.explain = concurrency, on_cell, explain
         self.todo: Iterator[Tuple[Cell, Any, Any]] = iter(work)
         self.flying: Set["CellRun"] = set()
         self.explaining: Dict["asyncio.Future[List[str]]", Cell] = {}
@@ -235,7 +234,7 @@ class CellRun(Waiter):
             return self._finish()
         self.cm.establish()  # the RTU: the listener gets ESTABLISHED
         cell.outcome = "established"
-        who = self.run.identify(ev.param.private_data)
+        who = parse_identity(ev.param.private_data)
         if who is not None:
             cell.agent = who
             if who.get("addr") not in (None, (cell.dst or "").split("%")[0]):

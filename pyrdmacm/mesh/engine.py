@@ -11,11 +11,6 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 from .cells import Cell, Rail, Target
 
-#: what an identifying listener (``pyrdmacm listen --identify``) puts first in its REP's
-#: private data, then ``key=value`` words: host, rail, addr
-IDENTIFY_MAGIC = "pyrdmacm-id"
-
-
 def rails(names: Optional[Iterable[str]] = None, *, devices: Any = None) -> List[Rail]:
     """This network namespace's rails: each netdev with an RDMA port or GID behind it, with its
     addresses (IPv4, and IPv6 of global scope), in ifindex order; ``names``: just these, in
@@ -93,21 +88,6 @@ def targets(words: Sequence[str], *, all_addresses: bool = False, numeric: bool 
     if dups:
         raise ValueError("targets given twice: %s: give each once" % "; ".join(dups))
     return out
-
-
-def parse_identity(data: bytes) -> Optional[Dict[str, str]]:
-    """What an identifying listener said in its REP (``pyrdmacm-id host=.. rail=.. addr=..``),
-    or None when the private data is not that."""
-    text = data.rstrip(b"\0").decode("ascii", "replace")
-    words = text.split()
-    if not words or words[0] != IDENTIFY_MAGIC:
-        return None
-    return dict(w.split("=", 1) for w in words[1:] if "=" in w)
-
-
-def identity(host: str, rail: str, addr: str) -> bytes:
-    """The REP's private data of an identifying listener (within the REP's 196 bytes)."""
-    return ("%s host=%s rail=%s addr=%s" % (IDENTIFY_MAGIC, host, rail, addr)).encode("ascii", "replace")[:196]
 
 
 def _gid_entries(devs: Any) -> Dict[Tuple[str, int, Any], Tuple[int, str]]:
@@ -215,8 +195,7 @@ async def check_async(rails: Sequence[Rail], targets: Sequence[Target], *, port:
 
     try:
         async with AsyncChannel(channel) as ach:
-            run = Run(ach, work, pspace, timeout_ms, devs, gids, concurrency, on_cell or _no_cell, explain,
-                      parse_identity)
+            run = Run(ach, work, pspace, timeout_ms, devs, gids, concurrency, on_cell or _no_cell, explain)
             try:
                 await run.finished
             except asyncio.CancelledError:

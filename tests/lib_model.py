@@ -16,17 +16,21 @@ checks what the docs promise:
 The tier gives the machine its :class:`conn_behaviour.Link` (``LibMachine.link``): the fake
 fabric's two hosts (tests/test_lib_model.py), or both ends on the lab guest's own address
 (tests/kernel/test_lib_model_lab.py).  A failure shrinks (hypothesis) to the short sequence
-of rules that shows it; the message carries that sequence as calls of the public API.
+of rules that shows it; the message carries that sequence twice: as the calls of the public
+API and the events handed, and as a runnable script (:meth:`LibMachine.script`) that replays
+the same rules with the same choices (:class:`Replay`, :class:`Pick`) on the same tier and
+fails the same way.
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import queue
 import threading
 import time
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, TypeVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -50,13 +54,57 @@ def _fds() -> int:
 
 
 class _Pinned:
-    """hypothesis' data object for a rule called by another rule: draws the one value given."""
+    """The data object of a rule called by another rule: the one value it picks."""
 
     def __init__(self, value: Any) -> None:
         self.value = value
 
-    def draw(self, strategy: Any, label: Optional[str] = None) -> Any:
-        return self.value
+
+class Pick:
+    """The data object of a replayed rule (:class:`Replay`): the indices it picked, in order."""
+
+    def __init__(self, *indices: int) -> None:
+        self.indices = list(indices)
+
+    def take(self, options: Sequence[Any], label: str) -> int:
+        if not self.indices:
+            raise Broken("the replay asks for one more %s than the run picked: it went another way" % label)
+        i = self.indices.pop(0)
+        if i >= len(options):
+            raise Broken("the replay has %d %s(s) where the run picked number %d: it went another way"
+                         % (len(options), label, i))
+        return i
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def recorded(fn: _F) -> _F:
+    """A rule whose call, when the program makes it (not another rule), becomes a line of the
+    sequence's script: its name, its arguments, and what it picked (:class:`Pick`)."""
+
+    @functools.wraps(fn)
+    def call(self: "LibMachine", *args: Any, **kwargs: Any) -> Any:
+        top = self._depth == 0
+        if top:
+            self._picks = []
+        self._depth += 1
+        try:
+            return fn(self, *args, **kwargs)
+        except Broken as e:
+            if not top or getattr(e, "scripted", False):
+                raise
+            broken = e
+        finally:
+            self._depth -= 1
+            if top:
+                words = ["%s=%r" % (k, v) for k, v in kwargs.items() if k != "data"]
+                if "data" in kwargs:
+                    words.append("data=Pick(%s)" % ", ".join(str(i) for i in self._picks))
+                self.code.append("m.%s(%s)" % (fn.__name__, ", ".join(words)))
+        raise self._scripted(broken) from None  # the line of the rule that broke it is written
+
+    return call  # type: ignore[return-value]
 
 
 #: how a channel is read: by the caller (get_event), by a reader thread (get_event in a loop), or
@@ -146,18 +194,64 @@ def fresh_stats() -> Dict[str, Any]:
     return {"sequences": 0, "calls": 0, "events": {}, "readers": {how: 0 for how in READERS}}
 
 
+class Tier:
+    """Where the machine runs: its links (``make_link`` gives a new :class:`conn_behaviour.Link`),
+    the cm_id states RDMA netlink lists for this process (``kernel_ids``; None on the fake),
+    and the expression that makes the same tier in a script (``text``)."""
+
+    def __init__(self, make_link: Callable[[], Any], kernel_ids: Optional[Callable[[], List[str]]], text: str) -> None:
+        self.make_link, self.kernel_ids, self.text = make_link, kernel_ids, text
+
+
+#: the fake fabrics the fake tier made (each sequence its own): closed by :func:`close_fabrics`
+_FABRICS: List[Any] = []
+
+
+def fake_tier() -> Tier:
+    """Both ends on the fake fabric's two hosts, a fabric a sequence."""
+    from conn_behaviour import Link
+    from pyrdmacm.testing import FakeFabric
+
+    def make() -> Any:
+        fab = FakeFabric(timewait_ms=50, dreq_latency_ms=5)
+        _FABRICS.append(fab)
+        return Link(fab.host("10.9.0.1"), fab.host("10.9.0.2"), "10.9.0.1", "10.9.0.2", 1.0)
+
+    return Tier(make, None, "fake_tier()")
+
+
+def close_fabrics() -> None:
+    while _FABRICS:
+        _FABRICS.pop().close()
+
+
+def kernel_tier(address: str = "10.0.2.15") -> Tier:
+    """Both ends on this host's rdma_cm and ``address`` (the lab guest's own), RDMA netlink
+    asked for what is left."""
+    from conn_behaviour import Link
+    from pyrdmacm._device import KernelDevice
+    from ucma_world import netlink_states
+
+    return Tier(lambda: Link(KernelDevice, KernelDevice, address, address, 10.0),
+                lambda: netlink_states(os.getpid()), "kernel_tier(%r)" % address)
+
+
 class LibMachine(RuleBasedStateMachine):
     """Connections through pyrdmacm's public API, checked against what its docs promise."""
 
-    #: the tier sets it: a function giving a new :class:`conn_behaviour.Link`
-    make_link: Any = None
-    #: the kernel tier sets it: the cm_id states RDMA netlink lists for this process
-    kernel_ids: Any = None
+    #: where it runs: the runner (:func:`run`) or the script (:class:`Replay`) sets it
+    tier: Tier
     stats: Dict[str, Any] = fresh_stats()
 
     def __init__(self) -> None:
         super().__init__()
-        self.link = type(self).make_link()
+        tier = type(self).tier
+        self.kernel_ids = tier.kernel_ids
+        self.link = tier.make_link()
+        #: the script's lines: each rule the program called, with what it picked
+        self.code: List[str] = []
+        self._depth = 0  #: rules running: 1 in a rule the program called, more in those it calls
+        self._picks: List[int] = []
         _wait.signal_pipe()  # the process's (two fds for its life, made at its first main-thread wait): made before the count
         self.fd_base = _fds()
         self.sides: Dict[str, Side] = {}
@@ -173,13 +267,44 @@ class LibMachine(RuleBasedStateMachine):
         self.port_of: Dict[int, int] = {}  #: id(listener) -> its port
         self.steps: List[str] = []
         self.ports = iter(range(7600 + os.getpid() % 100 * 10, 10 ** 6))
-        self.kernel_base = type(self).kernel_ids() if type(self).kernel_ids else None
+        self.kernel_base = self.kernel_ids() if self.kernel_ids else None
         LibMachine.stats["sequences"] += 1
 
     # -- helpers -------------------------------------------------------------------------------
 
     def _fail(self, what: str) -> None:
-        raise Broken("%s\n\nsteps:\n  %s" % (what, "\n  ".join(self.steps)))
+        """A broken promise: ``what``, the steps as they ran; the script comes with it, made
+        once the rule the program called has its line (:func:`recorded`)."""
+        e = Broken("%s\n\nsteps:\n  %s" % (what, "\n  ".join(self.steps)))
+        if self._depth == 0:  # an invariant or the teardown: every line is written
+            e = self._scripted(e)
+        raise e
+
+    def _scripted(self, e: Broken) -> Broken:
+        out = Broken("%s\n\nthe script (run from the repository's top; it stops where the run did):\n%s"
+                     % (e, self.script()))
+        out.scripted = True  # type: ignore[attr-defined]
+        return out
+
+    def script(self) -> str:
+        """The sequence so far as a runnable script: the same tier, the rules the program
+        called with what they picked, the invariant after each (:class:`Replay`)."""
+        return "\n".join(["import sys", "sys.path.insert(0, 'tests')",
+                           "from lib_model import Pick, Replay, fake_tier, kernel_tier",
+                           "m = Replay(%s)" % type(self).tier.text] + self.code + ["m.teardown()"])
+
+    def _pick(self, data: Any, options: Sequence[Any], label: str) -> Any:
+        """One of ``options``: drawn (hypothesis), given by the rule that called this one
+        (:class:`_Pinned`), or as the script says (:class:`Pick`); the script writes its index."""
+        if isinstance(data, _Pinned):
+            i = options.index(data.value)
+        elif isinstance(data, Pick):
+            i = data.take(options, label)
+        else:
+            i = data.draw(st.sampled_from(range(len(options))), label=label)
+        if self._depth == 1:
+            self._picks.append(i)
+        return options[i]
 
     def _step(self, text: str) -> None:
         self.steps.append(text)
@@ -267,6 +392,7 @@ class LibMachine(RuleBasedStateMachine):
     # -- rules ---------------------------------------------------------------------------------
 
     @initialize(server=st.sampled_from(READERS), client=st.sampled_from(READERS))
+    @recorded
     def open(self, server: str, client: str) -> None:
         self.sides = {"server": Side(self, "server", server), "client": Side(self, "client", client)}
         for how in (server, client):
@@ -276,6 +402,7 @@ class LibMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: len(self.ids) < MAX_IDS)
     @rule()
+    @recorded
     def listen(self) -> None:
         s = self.sides["server"]
         lst = CmId(s.ch)
@@ -289,11 +416,12 @@ class LibMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: len(self.ids) < MAX_IDS - 1)
     @rule(data=st.data())
+    @recorded
     def connect(self, data: st.DataObject) -> None:
         listeners = self._live("listener")
         if not listeners:
             return
-        lst = data.draw(st.sampled_from(listeners), label="listener")
+        lst = self._pick(data, listeners, "listener")
         c = self.sides["client"]
         cm = CmId(c.ch)
         self.ids.append(cm)
@@ -311,6 +439,7 @@ class LibMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: len(self.ids) < MAX_IDS - 2)
     @rule()
+    @recorded
     def handshake(self) -> None:
         """A whole connection (a listener first if there is none): listen, connect, accept,
         establish; the other rules then take it apart."""
@@ -328,11 +457,12 @@ class LibMachine(RuleBasedStateMachine):
             self.establish(_Pinned(cm))
 
     @rule(data=st.data(), how=st.sampled_from(["accept", "accept", "reject"]))
+    @recorded
     def answer(self, data: st.DataObject, how: str) -> None:
         reqs = self._live("passive", State.REQUEST)
         if not reqs:
             return
-        req = data.draw(st.sampled_from(reqs), label="request")
+        req = self._pick(data, reqs, "request")
         peer = self.peer.get(id(req))
         alive = peer is not None and peer in self.ids
         self._step("%s.%s()%s" % (self._name(req), how, "" if alive else "  # its active end is gone"))
@@ -349,11 +479,12 @@ class LibMachine(RuleBasedStateMachine):
             self._await(peer, {E.CONNECT_RESPONSE} if how == "accept" else {E.REJECTED})
 
     @rule(data=st.data())
+    @recorded
     def establish(self, data: st.DataObject) -> None:
         ids = self._live("active", State.RESPONSE)
         if not ids:
             return
-        cm = data.draw(st.sampled_from(ids), label="active id")
+        cm = self._pick(data, ids, "active id")
         self._step("%s.establish()" % self._name(cm))
         cm.establish()
         req = self.peer.get(id(cm))
@@ -361,20 +492,22 @@ class LibMachine(RuleBasedStateMachine):
             self._await(req, {E.ESTABLISHED})
 
     @rule(data=st.data())
+    @recorded
     def disconnect(self, data: st.DataObject) -> None:
         ids = [c for c in self.ids if c.state is State.CONNECTED]
         if not ids:
             return
-        cm = data.draw(st.sampled_from(ids), label="id")
+        cm = self._pick(data, ids, "id")
         self._step("%s.disconnect()" % self._name(cm))
         cm.disconnect()
         self._await(cm, {E.DISCONNECTED})
 
     @rule(data=st.data())
+    @recorded
     def destroy(self, data: st.DataObject) -> None:
         if not self.ids:
             return
-        cm = data.draw(st.sampled_from(self.ids), label="id")
+        cm = self._pick(data, self.ids, "id")
         self._drain(0.2)  # events on their way are read first (or they are the kernel's to count)
         if cm not in self.ids:
             return
@@ -394,11 +527,12 @@ class LibMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.link.server_ip == self.link.client_ip)  # one host: its two channels
     @rule(data=st.data())
+    @recorded
     def migrate(self, data: st.DataObject) -> None:
         ids = [c for c in self.ids if self.roles[id(c)] != "listener"]
         if not ids:
             return
-        cm = data.draw(st.sampled_from(ids), label="id")
+        cm = self._pick(data, ids, "id")
         old = self._side_of(cm)
         new = self.sides["client" if old.name == "server" else "server"]
         self._drain(0.2)
@@ -407,6 +541,7 @@ class LibMachine(RuleBasedStateMachine):
         self._all_handed(cm, reported, "%s.migrate()" % self._name(cm), old)
 
     @rule(which=st.sampled_from(["server", "client"]))
+    @recorded
     def close_channel(self, which: str) -> None:
         side = self.sides[which]
         self._drain(0.2)
@@ -442,6 +577,12 @@ class LibMachine(RuleBasedStateMachine):
             self._fail("%d fds open, %d with the two channels open" % (fds, self.fd_base_open))
 
     def teardown(self) -> None:
+        try:
+            self._teardown()
+        finally:
+            close_fabrics()  # the fake tier's fabric of this sequence
+
+    def _teardown(self) -> None:
         for s in self.sides.values():
             try:
                 s.close()
@@ -450,10 +591,10 @@ class LibMachine(RuleBasedStateMachine):
         fds = _fds()
         if fds != self.fd_base:
             self._fail("%d fds open after both channels closed, %d before" % (fds, self.fd_base))
-        if type(self).kernel_ids is not None:
+        if self.kernel_ids is not None:
             deadline = time.monotonic() + 3
             while True:
-                left = [x for x in type(self).kernel_ids() if x not in self.kernel_base]
+                left = [x for x in self.kernel_ids() if x not in self.kernel_base]
                 if not left or time.monotonic() > deadline:
                     break
                 time.sleep(0.1)
@@ -461,15 +602,36 @@ class LibMachine(RuleBasedStateMachine):
                 self._fail("both channels closed, yet RDMA netlink lists cm_ids of this process: %s" % left)
 
 
-def run(make_link: Any, seed: int, examples: int, steps: int, kernel_ids: Any = None) -> Optional[str]:
-    """One hypothesis run of :class:`LibMachine` on the links ``make_link`` gives: None, or
-    the shrunk failure's message."""
+class Replay:
+    """A script's machine (:meth:`LibMachine.script`): on ``tier``, each rule called as the run
+    called it, the invariant checked after it, as hypothesis does."""
+
+    def __init__(self, tier: Tier) -> None:
+        LibMachine.tier = tier
+        self.m = LibMachine()
+        self.m.nothing_left_behind()
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        rule_ = getattr(self.m, name)
+
+        def step(**kwargs: Any) -> None:
+            rule_(**kwargs)
+            self.m.nothing_left_behind()
+
+        return step
+
+    def teardown(self) -> None:
+        self.m.teardown()
+
+
+def run(tier: Tier, seed: int, examples: int, steps: int) -> Optional[str]:
+    """One hypothesis run of :class:`LibMachine` on ``tier``: None, or the shrunk failure's
+    message (with its script)."""
     import hypothesis
     from hypothesis import HealthCheck, Phase, settings
     from hypothesis.stateful import get_state_machine_test
 
-    LibMachine.make_link = staticmethod(make_link)
-    LibMachine.kernel_ids = staticmethod(kernel_ids) if kernel_ids else None
+    LibMachine.tier = tier
     test = get_state_machine_test(LibMachine, settings=settings(
         max_examples=examples, stateful_step_count=steps, deadline=None, database=None,
         suppress_health_check=list(HealthCheck), phases=[Phase.generate, Phase.shrink], print_blob=False))
@@ -491,36 +653,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     """A campaign (tools/fuzz --machine library): on this host's rdma_cm, both ends on
     ``--address`` (the lab guest's own by default), or ``--fake`` on the fake fabric."""
     import collections
-    import contextlib
 
     import fuzz_runner
-    from conn_behaviour import Link
 
     p = fuzz_runner.parser("fuzz pyrdmacm's own contract (see tools/fuzz)", 8, 15)
     p.add_argument("--fake", action="store_true", help="on the fake fabric instead of the kernel")
     p.add_argument("--address", default="10.0.2.15", help="the address both ends use (default: the lab's)")
     a = p.parse_args(argv)
-    with contextlib.ExitStack() as stack:
-        if a.fake:
-            from pyrdmacm.testing import FakeFabric
-
-            def make() -> Any:
-                fab = stack.enter_context(FakeFabric(timewait_ms=50, dreq_latency_ms=5))
-                return Link(fab.host("10.9.0.1"), fab.host("10.9.0.2"), "10.9.0.1", "10.9.0.2", 1.0)
-            kernel_ids = None
-        else:
-            from pyrdmacm._device import KernelDevice
-            from ucma_world import netlink_states
-
-            def make() -> Any:
-                return Link(KernelDevice, KernelDevice, a.address, a.address, 10.0)
-
-            def kernel_ids() -> Any:
-                return netlink_states(os.getpid())
-        LibMachine.stats = fresh_stats()
-        seed = fuzz_runner.seed_of(a)
-        n, found, took = fuzz_runner.rounds(a.minutes * 60, seed,
-                                            lambda s: run(make, s, a.examples, a.steps, kernel_ids), "library, ")
+    tier = fake_tier() if a.fake else kernel_tier(a.address)
+    LibMachine.stats = fresh_stats()
+    seed = fuzz_runner.seed_of(a)
+    try:
+        n, found, took = fuzz_runner.rounds(a.minutes * 60, seed, lambda s: run(tier, s, a.examples, a.steps),
+                                            "library, ")
+    finally:
+        close_fabrics()
     st_ = LibMachine.stats
     fig = {"machine": "library" + (" on the fake fabric" if a.fake else ""),
            "kernel": "fake" if a.fake else os.uname().release, "seed": seed, "rounds": n, "seconds": took,

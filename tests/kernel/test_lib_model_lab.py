@@ -12,25 +12,35 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import lib_model  # noqa: E402
-from conn_behaviour import Link  # noqa: E402
-from pyrdmacm._device import KernelDevice  # noqa: E402
-from ucma_world import netlink_states  # noqa: E402
 
 pytestmark = pytest.mark.kernel
-
-
-def _link():
-    return Link(server_transport=KernelDevice, client_transport=KernelDevice, server_ip="10.0.2.15",
-                client_ip="10.0.2.15", timewait=10.0)
 
 
 def test_bounded_library_campaign_on_the_kernel():
     release = os.uname().release
     seed = zlib.crc32(b"library " + release.encode())
     lib_model.LibMachine.stats = lib_model.fresh_stats()
-    report = lib_model.run(_link, seed, examples=8, steps=15, kernel_ids=lambda: netlink_states(os.getpid()))
+    report = lib_model.run(lib_model.kernel_tier(), seed, examples=8, steps=15)
     stats = lib_model.LibMachine.stats
     print("library campaign on %s: seed %d, %s" % (release, seed, stats))
     assert report is None, "seed %d:\n%s" % (seed, report)
     assert stats["events"].get("CONNECT_REQUEST", 0) > 3, "the campaign made almost no connection: %s" % stats
     assert all(stats["readers"].values()), "a way of reading a channel went untried: %s" % stats["readers"]
+
+
+def test_a_sequence_replays_from_its_script_on_the_kernel():
+    """The script of a sequence (what a failure's report carries) runs on the kernel tier on
+    its own: the same calls, the same picks, nothing left."""
+    r = lib_model.Replay(lib_model.kernel_tier())
+    r.open(server="asyncio", client="thread")
+    r.handshake()
+    r.handshake()
+    r.disconnect(data=lib_model.Pick(1))
+    r.migrate(data=lib_model.Pick(0))
+    r.destroy(data=lib_model.Pick(2))
+    r.teardown()
+    script = r.m.script()
+    assert "m = Replay(kernel_tier('10.0.2.15'))" in script.splitlines(), script
+    env = {}
+    exec(compile(script, "<script>", "exec"), env)  # noqa: S102 - our own script
+    assert env["m"].m.code == r.m.code

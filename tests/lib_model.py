@@ -1,13 +1,15 @@
 """The library's own contract, fuzzed (issue #25, second part): a hypothesis state machine that
 drives pyrdmacm's public API -- :class:`~pyrdmacm.EventChannel` and :class:`~pyrdmacm.CmId` --
-through connections between a server channel and a client channel, with each channel read
+through connections between a server channel and a client channel (TCP's, and UDP's through
+SIDR), and multicast memberships of the client's datagram ids, with each channel read
 by the caller (``get_event``), by a reader thread beside it, or by an asyncio task
 (:class:`~pyrdmacm.aio.AsyncChannel`'s ``get_event``) on a loop in a thread of its own, and
 checks what the docs promise:
 
 - every event the kernel queued for an id is handed to the program once (``destroy()``'s
-  and ``migrate()``'s ``events_reported`` equal the events handed for the id; no event
-  object is handed twice), and every call's outcome event comes;
+  and ``migrate()``'s ``events_reported`` equal the events handed for the id, a membership's
+  ``leave()``'s those handed for it; no event object is handed twice), and every call's
+  outcome event comes;
 - an id's state after each event read by the caller is the table's (:func:`pyrdmacm.state.after_event`);
 - a channel closed while a thread waits on it ends that wait at once;
 - nothing is left: no cm_id of the process in the kernel (RDMA netlink, on the real kernel),
@@ -37,12 +39,15 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from pyrdmacm import CmId, State, _wait
 from pyrdmacm.abi import CmEventType as E
+from pyrdmacm.abi import PortSpace
 from pyrdmacm.errors import KernelError, RdmaCmError, StateError
 from pyrdmacm.state import after_event, kind_of
 
 #: how long an outcome may take (loopback MADs; the fake's timers)
 DUE = 10.0
 MAX_IDS = 8
+#: the multicast groups members join (a member joins each once)
+GROUPS = ("239.1.1.7", "239.1.1.8")
 
 
 class Broken(AssertionError):
@@ -265,6 +270,9 @@ class LibMachine(RuleBasedStateMachine):
         #: for them: id(cm) -> the id; those events are still the program's (destroy() counted them)
         self.in_transit: Dict[int, CmId] = {}
         self.port_of: Dict[int, int] = {}  #: id(listener) -> its port
+        #: the memberships joined and not left (a member's), and the events handed for each
+        self.members: List[Any] = []
+        self.handed_mc: Dict[int, int] = {}
         self.steps: List[str] = []
         self.ports = iter(range(7600 + os.getpid() % 100 * 10, 10 ** 6))
         self.kernel_base = self.kernel_ids() if self.kernel_ids else None
@@ -316,7 +324,8 @@ class LibMachine(RuleBasedStateMachine):
             self._fail("event %r handed twice" % (ev,))
         self.handed_events[id(ev)] = ev
         cm = ev.id
-        LibMachine.stats["events"][ev.event.name] = LibMachine.stats["events"].get(ev.event.name, 0) + 1
+        kind = ev.event.name + (" (UD)" if cm.ps is PortSpace.UDP and ev.membership is None else "")
+        LibMachine.stats["events"][kind] = LibMachine.stats["events"].get(kind, 0) + 1
         if ev.event is E.CONNECT_REQUEST:
             if ev.listen_id not in self.ids:
                 self._fail("CONNECT_REQUEST for listener %r, which the program does not hold" % (ev.listen_id,))
@@ -329,6 +338,8 @@ class LibMachine(RuleBasedStateMachine):
             if cm not in self.ids and self.in_transit.get(id(cm)) is not cm:
                 self._fail("%s for an id the program destroyed or never had: %r" % (ev.event.name, cm))
             self.handed[id(cm)] += 1
+            if ev.membership is not None:
+                self.handed_mc[id(ev.membership)] = self.handed_mc.get(id(ev.membership), 0) + 1
             self.steps.append("%s: %s status %d for %s" % (side.name, ev.event.name, ev.status, self._name(cm)))
         ev.ack()
 
@@ -401,18 +412,21 @@ class LibMachine(RuleBasedStateMachine):
         self.steps.append("server channel %s, client channel %s" % (_READ_BY[server], _READ_BY[client]))
 
     @precondition(lambda self: len(self.ids) < MAX_IDS)
-    @rule()
+    @rule(udp=st.booleans())
     @recorded
-    def listen(self) -> None:
+    def listen(self, udp: bool = False) -> None:
+        """A listener on a port of its own: TCP's, or with ``udp`` UDP's (its requests are
+        SIDR's, its connections datagram ones)."""
         s = self.sides["server"]
-        lst = CmId(s.ch)
+        lst = CmId(s.ch, PortSpace.UDP if udp else PortSpace.TCP)
         port = next(self.ports)
         lst.bind_addr("%s:%d" % (self.link.server_ip, port))
         lst.listen()
         self.ids.append(lst)
         self.roles[id(lst)], self.handed[id(lst)] = "listener", 0
         self.port_of[id(lst)] = port
-        self._step("listener%d = CmId(server); bind_addr(:%d); listen()" % (self.ids.index(lst), port))
+        self._step("listener%d = CmId(server%s); bind_addr(:%d); listen()" % (
+            self.ids.index(lst), ", UDP" if udp else "", port))
 
     @precondition(lambda self: len(self.ids) < MAX_IDS - 1)
     @rule(data=st.data())
@@ -423,7 +437,7 @@ class LibMachine(RuleBasedStateMachine):
             return
         lst = self._pick(data, listeners, "listener")
         c = self.sides["client"]
-        cm = CmId(c.ch)
+        cm = CmId(c.ch, lst.ps)
         self.ids.append(cm)
         self.roles[id(cm)], self.handed[id(cm)] = "active", 0
         self._step("active%d = CmId(client); resolve, route, connect to listener%d" % (
@@ -438,15 +452,16 @@ class LibMachine(RuleBasedStateMachine):
         self.peer[id(req)], self.peer[id(cm)] = cm, req
 
     @precondition(lambda self: len(self.ids) < MAX_IDS - 2)
-    @rule()
+    @rule(udp=st.sampled_from([False, False, True]))
     @recorded
-    def handshake(self) -> None:
-        """A whole connection (a listener first if there is none): listen, connect, accept,
-        establish; the other rules then take it apart."""
-        if not self._live("listener"):
-            self.listen()
-
-        lst = self._live("listener")[0]
+    def handshake(self, udp: bool = False) -> None:
+        """A whole connection (a listener first if there is none of its port space): listen,
+        connect, accept, establish (with ``udp``: SIDR's REQ and REP); the other rules then
+        take it apart."""
+        ps = PortSpace.UDP if udp else PortSpace.TCP
+        if not [c for c in self._live("listener") if c.ps is ps]:
+            self.listen(udp)
+        lst = [c for c in self._live("listener") if c.ps is ps][0]
         self.connect(_Pinned(lst))
         req = self.ids[-1]
         if self.roles[id(req)] != "passive":
@@ -465,9 +480,12 @@ class LibMachine(RuleBasedStateMachine):
         req = self._pick(data, reqs, "request")
         peer = self.peer.get(id(req))
         alive = peer is not None and peer in self.ids
-        self._step("%s.%s()%s" % (self._name(req), how, "" if alive else "  # its active end is gone"))
+        ud = req.ps is PortSpace.UDP  # a SIDR request: its answer is a SIDR REP, a datagram QP's
+        kwargs = {"qp_num": 0x345678} if ud and how == "accept" else {}
+        self._step("%s.%s(%s)%s" % (self._name(req), how, "qp_num=0x345678" if kwargs else "",
+                                    "" if alive else "  # its active end is gone"))
         try:
-            getattr(req, how)()
+            getattr(req, how)(**kwargs)
         except KernelError as e:
             # the active end went away first: its REJ may have reached the request's id (the
             # fake), or been dropped by its IB CM (the kernel: a REJ from REQ_SENT names no comm
@@ -476,7 +494,10 @@ class LibMachine(RuleBasedStateMachine):
                 self._fail("%s.%s() refused: %s" % (self._name(req), how, e))
             return
         if alive:
-            self._await(peer, {E.CONNECT_RESPONSE} if how == "accept" else {E.REJECTED})
+            if ud:  # the SIDR REP: ESTABLISHED with the QP's number and qkey, or UNREACHABLE (REJECT)
+                self._await(peer, {E.ESTABLISHED} if how == "accept" else {E.UNREACHABLE})
+            else:
+                self._await(peer, {E.CONNECT_RESPONSE} if how == "accept" else {E.REJECTED})
 
     @rule(data=st.data())
     @recorded
@@ -494,7 +515,7 @@ class LibMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     @recorded
     def disconnect(self, data: st.DataObject) -> None:
-        ids = [c for c in self.ids if c.state is State.CONNECTED]
+        ids = [c for c in self.ids if c.state is State.CONNECTED and c.ps is PortSpace.TCP]  # UD: no DREQ
         if not ids:
             return
         cm = self._pick(data, ids, "id")
@@ -562,6 +583,46 @@ class LibMachine(RuleBasedStateMachine):
             self._fail("closing the %s channel took %.1f s" % (which, took))
         self.sides[which] = Side(self, which, side.how)
         self._drain(0.5)  # what the closed ids sent the other side (REJ, DREQ)
+
+    @precondition(lambda self: len(self.ids) < MAX_IDS)
+    @rule(data=st.data(), group=st.sampled_from(GROUPS), send_only=st.booleans())
+    @recorded
+    def join(self, data: st.DataObject, group: str, send_only: bool) -> None:
+        """A member of ``group``: a UDP id of the client's (bound to its address), new or one
+        that is a member already of the other group; MULTICAST_JOIN comes for the membership."""
+        members = [c for c in self._live("member") if group not in [str(m.addr.ip) for m in c.memberships]]
+        cm = self._pick(data, members + [None], "member") if members else None
+        if cm is None:
+            cm = CmId(self.sides["client"].ch, PortSpace.UDP)
+            cm.bind_addr(self.link.client_ip)
+            self.ids.append(cm)
+            self.roles[id(cm)], self.handed[id(cm)] = "member", 0
+            self._step("member%d = CmId(client, UDP); bind_addr()" % self.ids.index(cm))
+        m = cm.join_multicast(group, send_only=send_only)
+        self.members.append(m)
+        self.handed_mc[id(m)] = 0
+        self._step("%s.join_multicast(%s%s)" % (self._name(cm), group, ", send_only" if send_only else ""))
+        ev = self._await(cm, {E.MULTICAST_JOIN, E.MULTICAST_ERROR})
+        if ev.membership is not m:
+            self._fail("%s for %s's join of %s names membership %r" % (ev.event.name, self._name(cm), group,
+                                                                       ev.membership))
+
+    @rule(data=st.data())
+    @recorded
+    def leave(self, data: st.DataObject) -> None:
+        """Leave a membership: ``leave()``'s events_reported equals the events handed for it."""
+        left = [m for m in self.members if m.joined and m.id in self.ids]
+        if not left:
+            return
+        m = self._pick(data, left, "membership")
+        self._drain(0.2)
+        self._step("%s: leave %s" % (self._name(m.id), m.addr.ip))
+        reported = m.leave()
+        if reported > self.handed_mc[id(m)] and self._side_of(m.id).threaded:
+            self._drain(0.4)  # read by the reader before leave(), not handed on yet: still the program's
+        if reported != self.handed_mc[id(m)]:
+            self._fail("leave() of %s's %s reported %d events; %d were handed to the program"
+                       % (self._name(m.id), m.addr.ip, reported, self.handed_mc[id(m)]))
 
     # -- invariants ------------------------------------------------------------------------------
 

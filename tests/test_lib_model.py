@@ -17,6 +17,8 @@ def test_bounded_library_campaign_on_the_fake_fabric():
     assert report is None, report
     assert stats["events"].get("CONNECT_REQUEST", 0) > 3, "the campaign made almost no connection: %s" % stats
     assert all(stats["readers"].values()), "a way of reading a channel went untried: %s" % stats["readers"]
+    assert stats["events"].get("CONNECT_REQUEST (UD)", 0) and stats["events"].get("MULTICAST_JOIN", 0), \
+        "no SIDR request or no multicast join: %s" % stats["events"]
 
 
 def _script_of(report: str) -> str:
@@ -56,14 +58,14 @@ def test_a_library_bug_breaks_the_same_promise_in_its_script(monkeypatch):
     monkeypatch.setattr(CmId, "destroy", lambda self, *a, **k: real(self, *a, **k) + 1)
     r = lib_model.Replay(lib_model.fake_tier())
     r.open(server="caller", client="thread")
-    r.handshake()
+    r.handshake(udp=False)
     with pytest.raises(lib_model.Broken) as found:
         r.destroy(data=lib_model.Pick(1))
     r.m.teardown()
     report = str(found.value)
     assert report.startswith("active#1.destroy() reported 4 events; 3 were handed"), report
     lines = _script_of(report).splitlines()
-    assert lines[4:] == ["m.open(server='caller', client='thread')", "m.handshake()", "m.destroy(data=Pick(1))",
+    assert lines[4:] == ["m.open(server='caller', client='thread')", "m.handshake(udp=False)", "m.destroy(data=Pick(1))",
                          "m.teardown()"], lines
     assert _replay_failing(lines).splitlines()[0] == report.splitlines()[0]
 
@@ -73,13 +75,16 @@ def test_a_script_replays_the_sequence_it_was_made_from():
     same lines again (each rule with what it picked)."""
     r = lib_model.Replay(lib_model.fake_tier())
     r.open(server="thread", client="asyncio")
-    r.handshake()
-    r.handshake()
+    r.handshake(udp=False)
+    r.handshake(udp=True)
+    r.join(group="239.1.1.7", send_only=False, data=lib_model.Pick())
     r.disconnect(data=lib_model.Pick(1))
+    r.leave(data=lib_model.Pick(0))
     r.destroy(data=lib_model.Pick(2))
     r.teardown()
-    assert r.m.code == ["m.open(server='thread', client='asyncio')", "m.handshake()", "m.handshake()",
-                        "m.disconnect(data=Pick(1))", "m.destroy(data=Pick(2))"]
+    assert r.m.code == ["m.open(server='thread', client='asyncio')", "m.handshake(udp=False)", "m.handshake(udp=True)",
+                        "m.join(group='239.1.1.7', send_only=False, data=Pick())", "m.disconnect(data=Pick(1))",
+                        "m.leave(data=Pick(0))", "m.destroy(data=Pick(2))"]
     env = {}
     exec(compile(r.m.script(), "<script>", "exec"), env)  # noqa: S102 - our own script
     assert env["m"].m.code == r.m.code

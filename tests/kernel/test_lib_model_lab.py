@@ -26,6 +26,8 @@ def test_bounded_library_campaign_on_the_kernel():
     assert report is None, "seed %d:\n%s" % (seed, report)
     assert stats["events"].get("CONNECT_REQUEST", 0) > 3, "the campaign made almost no connection: %s" % stats
     assert all(stats["readers"].values()), "a way of reading a channel went untried: %s" % stats["readers"]
+    assert stats["events"].get("CONNECT_REQUEST (UD)", 0) and stats["events"].get("MULTICAST_JOIN", 0), \
+        "no SIDR request or no multicast join: %s" % stats["events"]
 
 
 def test_a_sequence_replays_from_its_script_on_the_kernel():
@@ -33,10 +35,12 @@ def test_a_sequence_replays_from_its_script_on_the_kernel():
     its own: the same calls, the same picks, nothing left."""
     r = lib_model.Replay(lib_model.kernel_tier())
     r.open(server="asyncio", client="thread")
-    r.handshake()
-    r.handshake()
+    r.handshake(udp=False)
+    r.handshake(udp=True)
+    r.join(group="239.1.1.8", send_only=True, data=lib_model.Pick())
     r.disconnect(data=lib_model.Pick(1))
     r.migrate(data=lib_model.Pick(0))
+    r.leave(data=lib_model.Pick(0))
     r.destroy(data=lib_model.Pick(2))
     r.teardown()
     script = r.m.script()

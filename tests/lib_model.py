@@ -32,7 +32,7 @@ import os
 import queue
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -683,6 +683,25 @@ class Replay:
 
     def teardown(self) -> None:
         self.m.teardown()
+
+
+def replay_twice(tier: Tier) -> Tuple[List[str], List[str]]:
+    """A fixed sequence of every kind of rule, called as a program calls them on ``tier``, then
+    its script run on its own: the lines of both (the same, when the script replays it)."""
+    r = Replay(tier)
+    r.open(server="asyncio", client="thread")
+    r.handshake(udp=False)
+    r.handshake(udp=True)
+    r.join(group="239.1.1.8", send_only=True, data=Pick())
+    r.disconnect(data=Pick(1))
+    if r.m.link.server_ip == r.m.link.client_ip:  # one host: its two channels
+        r.migrate(data=Pick(0))
+    r.leave(data=Pick(0))
+    r.destroy(data=Pick(2))
+    r.teardown()
+    env: Dict[str, Any] = {}
+    exec(compile(r.m.script(), "<script>", "exec"), env)  # noqa: S102 - our own script
+    return r.m.code, env["m"].m.code
 
 
 def run(tier: Tier, seed: int, examples: int, steps: int) -> Optional[str]:

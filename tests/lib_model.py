@@ -27,12 +27,9 @@ fails the same way.
 from __future__ import annotations
 
 import errno
-import functools
 import os
-import queue
-import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -43,6 +40,12 @@ from pyrdmacm.abi import PortSpace
 from pyrdmacm.errors import KernelError, RdmaCmError, StateError
 from pyrdmacm.state import after_event, kind_of
 
+from lib_script import Pick, Tier, _Pinned, close_fabrics, fake_tier, kernel_tier, recorded
+from lib_sides import _READ_BY, READERS, Broken, Side, _fds
+
+__all__ = ["Broken", "LibMachine", "Pick", "Replay", "Tier", "fake_tier", "kernel_tier", "close_fabrics", "run",
+           "replay_twice", "fresh_stats", "READERS"]
+
 #: how long an outcome may take (loopback MADs; the fake's timers)
 DUE = 10.0
 MAX_IDS = 8
@@ -50,195 +53,9 @@ MAX_IDS = 8
 GROUPS = ("239.1.1.7", "239.1.1.8")
 
 
-class Broken(AssertionError):
-    """The library broke a promise of its docs."""
-
-
-def _fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
-class _Pinned:
-    """The data object of a rule called by another rule: the one value it picks."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-
-class Pick:
-    """The data object of a replayed rule (:class:`Replay`): the indices it picked, in order."""
-
-    def __init__(self, *indices: int) -> None:
-        self.indices = list(indices)
-
-    def take(self, options: Sequence[Any], label: str) -> int:
-        if not self.indices:
-            raise Broken("the replay asks for one more %s than the run picked: it went another way" % label)
-        i = self.indices.pop(0)
-        if i >= len(options):
-            raise Broken("the replay has %d %s(s) where the run picked number %d: it went another way"
-                         % (len(options), label, i))
-        return i
-
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def recorded(fn: _F) -> _F:
-    """A rule whose call, when the program makes it (not another rule), becomes a line of the
-    sequence's script: its name, its arguments, and what it picked (:class:`Pick`)."""
-
-    @functools.wraps(fn)
-    def call(self: "LibMachine", *args: Any, **kwargs: Any) -> Any:
-        top = self._depth == 0
-        if top:
-            self._picks = []
-        self._depth += 1
-        try:
-            return fn(self, *args, **kwargs)
-        except Broken as e:
-            if not top or getattr(e, "scripted", False):
-                raise
-            broken = e
-        finally:
-            self._depth -= 1
-            if top:
-                words = ["%s=%r" % (k, v) for k, v in kwargs.items() if k != "data"]
-                if "data" in kwargs:
-                    words.append("data=Pick(%s)" % ", ".join(str(i) for i in self._picks))
-                self.code.append("m.%s(%s)" % (fn.__name__, ", ".join(words)))
-        raise self._scripted(broken) from None  # the line of the rule that broke it is written
-
-    return call  # type: ignore[return-value]
-
-
-#: how a channel is read: by the caller (get_event), by a reader thread (get_event in a loop), or
-#: by an asyncio task (AsyncChannel.get_event) on a loop in a thread of its own
-READERS = ("caller", "thread", "asyncio")
-_READ_BY = {"caller": "read by the caller", "thread": "read by a thread", "asyncio": "read by an asyncio task"}
-
-
-class Side:
-    """One channel and how it is read (:data:`READERS`); a reader's events go into a queue."""
-
-    def __init__(self, machine: "LibMachine", name: str, reader: str) -> None:
-        self.m, self.name, self.how = machine, name, reader
-        self.ch = machine.link.server() if name == "server" else machine.link.client()
-        self.q: "queue.Queue[Any]" = queue.Queue()
-        self.reader: Optional[threading.Thread] = None
-        self.reader_error: List[BaseException] = []
-        #: not the caller: the events come through the queue (the caller checks no state after
-        #: them: the reader's id moves as the reader reads)
-        self.threaded = reader != "caller"
-        self._ready = threading.Event()
-        if self.threaded:
-            loop = self._read_loop if reader == "thread" else self._aio_loop
-            self.reader = threading.Thread(target=loop, name="lib-model-%s" % name, daemon=True)
-            self.reader.start()
-            if not self._ready.wait(5.0):  # the loop's own fds are open before the machine counts fds
-                raise Broken("the %s reader (%s) did not start within 5 s" % (name, reader))
-
-    def _read_loop(self) -> None:
-        ch = self.ch
-        self._ready.set()
-        while not ch.closed:
-            try:
-                ev = ch.get_event(0.5)
-            except StateError:  # closed under us: the wait ends, as documented
-                return
-            except BaseException as e:  # noqa: BLE001 - reported by the machine
-                self.reader_error.append(e)
-                return
-            if ev is not None:
-                self.q.put(ev)
-
-    def _aio_loop(self) -> None:
-        """asyncio.run of a task that hands on what AsyncChannel.get_event gives, until the
-        channel's close() (from the caller's thread) ends its wait with StateError."""
-        import asyncio
-
-        from pyrdmacm.aio import AsyncChannel
-
-        async def read() -> None:
-            ach = AsyncChannel(self.ch)
-            self._ready.set()
-            while True:
-                try:
-                    ev = await ach.get_event()
-                except StateError:
-                    return
-                self.q.put(ev)
-
-        try:
-            asyncio.run(read())
-        except BaseException as e:  # noqa: BLE001 - reported by the machine
-            self.reader_error.append(e)
-
-    def next_event(self, timeout: float) -> Any:
-        """The next event handed to the program on this side (None: none within ``timeout``)."""
-        if self.threaded:
-            try:
-                return self.q.get(timeout=timeout)
-            except queue.Empty:
-                return None
-        return self.ch.get_event(timeout)
-
-    def close(self) -> float:
-        """Close the channel: seconds until its reader (if any) has returned."""
-        started = time.monotonic()
-        self.ch.close()
-        if self.reader is not None:
-            self.reader.join(5.0)
-            if self.reader.is_alive():
-                raise Broken("%s channel closed: its reader (%s) still waits after 5 s" % (self.name, self.how))
-        return time.monotonic() - started
-
-
 def fresh_stats() -> Dict[str, Any]:
     """A campaign's counters: sequences, calls, events handed by kind, channels by reader."""
     return {"sequences": 0, "calls": 0, "events": {}, "readers": {how: 0 for how in READERS}}
-
-
-class Tier:
-    """Where the machine runs: its links (``make_link`` gives a new :class:`conn_behaviour.Link`),
-    the cm_id states RDMA netlink lists for this process (``kernel_ids``; None on the fake),
-    and the expression that makes the same tier in a script (``text``)."""
-
-    def __init__(self, make_link: Callable[[], Any], kernel_ids: Optional[Callable[[], List[str]]], text: str) -> None:
-        self.make_link, self.kernel_ids, self.text = make_link, kernel_ids, text
-
-
-#: the fake fabrics the fake tier made (each sequence its own): closed by :func:`close_fabrics`
-_FABRICS: List[Any] = []
-
-
-def fake_tier() -> Tier:
-    """Both ends on the fake fabric's two hosts, a fabric a sequence."""
-    from conn_behaviour import Link
-    from pyrdmacm.testing import FakeFabric
-
-    def make() -> Any:
-        fab = FakeFabric(timewait_ms=50, dreq_latency_ms=5)
-        _FABRICS.append(fab)
-        return Link(fab.host("10.9.0.1"), fab.host("10.9.0.2"), "10.9.0.1", "10.9.0.2", 1.0)
-
-    return Tier(make, None, "fake_tier()")
-
-
-def close_fabrics() -> None:
-    while _FABRICS:
-        _FABRICS.pop().close()
-
-
-def kernel_tier(address: str = "10.0.2.15") -> Tier:
-    """Both ends on this host's rdma_cm and ``address`` (the lab guest's own), RDMA netlink
-    asked for what is left."""
-    from conn_behaviour import Link
-    from pyrdmacm._device import KernelDevice
-    from ucma_world import netlink_states
-
-    return Tier(lambda: Link(KernelDevice, KernelDevice, address, address, 10.0),
-                lambda: netlink_states(os.getpid()), "kernel_tier(%r)" % address)
 
 
 class LibMachine(RuleBasedStateMachine):

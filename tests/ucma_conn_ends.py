@@ -24,7 +24,7 @@ DUE = 5.0
 MAX_IDS = 8
 #: the IB CM's states of one end, as far as the model follows them
 CM = ("", "req_sent", "req_rcvd", "rej_coming", "rep_sent", "rep_rcvd", "est", "dreq_sent", "dreq_rcvd", "timewait",
-      "ending", "idle")
+      "ending", "idle", "sidr_sent", "sidr_rcvd", "done")
 
 
 @dataclasses.dataclass(eq=False)
@@ -35,7 +35,7 @@ class Cid:
     handle: int
     ch: int
     uid: int  #: 0: the kernel queues no event for it (a request's id before ACCEPT)
-    role: str  #: "listener", "active", "passive"
+    role: str  #: "listener", "active", "passive"; a datagram id's (UDP, SIDR): "ud-listener", "ud-active", "ud-passive"
     state: K  #: the rdma_cm's state
     cm: str = ""  #: the IB CM's state (:data:`CM`)
     port: int = 0  #: a listener's own port; an active id's destination port (the REQ's service id)
@@ -49,6 +49,11 @@ class Cid:
     disc: bool = False  #: a DISCONNECTED is owed or was read (the rdma_cm sends one at most)
     #: a listener's requests on their way: the active ids whose CONNECT_REQUEST is owed, by QP number
     coming: Dict[int, "Cid"] = dataclasses.field(default_factory=dict)
+
+    @property
+    def ud(self) -> bool:
+        """A datagram id (UDP's port space, a UD QP): its requests and answers are SIDR's."""
+        return self.role.startswith("ud-")
 
 
 def owe(c: Cid, event: str, statuses: FrozenSet[int], qpn: Optional[int] = None) -> None:
@@ -132,10 +137,44 @@ def disconnected(c: Cid) -> None:
         owe(c, "DISCONNECTED", frozenset({0}))
 
 
+def sidr_answered(ids: List[Cid], c: Cid, accept: bool, qpn: int) -> None:
+    """ACCEPT (``accept``) or REJECT taken on a datagram request's id ``c`` in sidr_rcvd: the
+    SIDR REP (cm.c: ib_send_cm_sidr_rep) ends the IB CM's part of both ends; the active end
+    gets ESTABLISHED with the QP number sent, or UNREACHABLE with SIDR status 2 (REJECT)."""
+    peer = c.peer if c.peer in ids else None
+    c.cm, c.peer = "done", None
+    if peer is not None and peer.cm == "sidr_sent":
+        peer.cm = "done"
+        if accept:
+            owe(peer, "ESTABLISHED", frozenset({0}), qpn)
+        else:
+            owe(peer, "UNREACHABLE", frozenset({2}))
+
+
+def _sidr_gone(ids: List[Cid], c: Cid) -> None:
+    """A datagram id going away (cm.c: cm_destroy_id): a request's id not answered sends the
+    SIDR REP with REJECT (status 2); a listener's requests on their way find none (status 1,
+    UNSUPPORTED) or their ids go with it (status 2); an active end's going tells nobody."""
+    if c.role == "ud-listener":
+        for a in c.coming.values():
+            if a in ids and a.cm == "sidr_sent":
+                a.may["UNREACHABLE"] = frozenset({1, 2})
+                a.cm = "done"
+        return
+    peer = c.peer if c.peer in ids else None
+    if peer is not None and c.cm == "sidr_rcvd" and peer.cm == "sidr_sent":
+        peer.cm = "done"
+        owe(peer, "UNREACHABLE", frozenset({2}))
+    if peer is not None:
+        peer.peer = None
+
+
 def gone(ids: List[Cid], c: Cid) -> None:
     """What ``c``'s end going away (DESTROY_ID, its fd closed) makes its peer see
     (cm.c: cm_destroy_id by the IB CM's state)."""
     ids.remove(c)
+    if c.ud:
+        return _sidr_gone(ids, c)
     if c.role == "listener":
         for a in c.coming.values():
             if a in ids and a.cm == "req_sent":

@@ -6,7 +6,9 @@ IPv4, IPv6 or IPv6 link-local with its zone, one a sequence (loopback through So
 REP, RTU, DREQ and DREP are real MADs): listeners, the
 requests' child ids, accept, reject, the RTU (ACCEPT with ``valid`` 0, librdmacm's
 ``rdma_establish``), disconnect from either side and from both at once, destroy in every
-state, closing a channel with connections on it, and migrating ids with events unread.
+state, closing a channel with connections on it, and migrating ids with events unread; and
+datagram ids' requests (UDP's port space: a SIDR REQ answered by a SIDR REP that accepts with
+a QP number or rejects, or by none; a listener or either end going first).
 
 The model
 ---------
@@ -52,7 +54,7 @@ from pyrdmacm.addr import parse_address
 
 from ucma_conn_crossing import Crossings
 from ucma_conn_ends import (DUE, MAX_IDS, PORTS, Cid, accepted, disconnect_sent, gone, owe,
-                            rejected_by, show)
+                            rejected_by, show, sidr_answered)
 from ucma_world import CLOSED_PORT, LOCAL, LOCAL6, Disagreement, _en, match_states, netlink_states, nothing_left
 
 C = abi.UserCmCmd
@@ -152,7 +154,7 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
             self._fail("%s: the kernel answered %s, the model expects %s" % (what, _en(err), _en(want)))
 
     def _table(self, c: Cid, cmd: "abi.UserCmCmd") -> int:
-        return kernel_rules.refusal(cmd, c.state, device=True, qp_type=abi.QpType.RC,
+        return kernel_rules.refusal(cmd, c.state, device=True, qp_type=abi.QpType.UD if c.ud else abi.QpType.RC,
                                     version=self.version if self.version != (0, 0) else kernel_rules.NEWEST)
 
     def _live(self, *roles: str) -> List[Cid]:
@@ -179,7 +181,9 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
         qpn = _CONN.unpack_dict(r["param"][:_CONN.size])["qp_num"]  # the peer's QP number, in the conn param
         status = status - (1 << 32) if status & 0x80000000 else status  # a negative errno or a reason
         name = EV(ev).name if ev in EV._value2member_map_ else str(ev)
-        ConnMachine.stats["events"][name] += 1
+        owner = next((c for c in self.ids if c.ch == ch and c.uid == uid and c.uid
+                      and (name == "CONNECT_REQUEST" or c.handle == handle)), None)
+        ConnMachine.stats["events"][name + (" (UD)" if owner is not None and owner.ud else "")] += 1
         self.script.append("select.select([ch[%d].dev.fileno()], [], [], %s); err = ch[%d].get_event()  "
                            "# %s id %d status %d qp_num %#x" % (ch, wait or 1.0, ch, name, handle, status, qpn))
         if name == "CONNECT_REQUEST":
@@ -210,7 +214,8 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
             c.cm = "idle"
 
     def _request(self, ch: int, uid: int, handle: int, status: int, qpn: int) -> bool:
-        lst = next((c for c in self.ids if c.role == "listener" and c.ch == ch and c.uid == uid), None)
+        lst = next((c for c in self.ids if c.role in ("listener", "ud-listener") and c.ch == ch and c.uid == uid),
+                   None)
         if lst is None:
             self._fail("CONNECT_REQUEST (uid %#x, id %d) on ch[%d] for no listener of this channel" % (uid, handle, ch))
         active = lst.coming.pop(qpn, None)
@@ -220,9 +225,11 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
                        "(coming: %s)" % (status, qpn, lst.name, sorted(hex(q) for q in lst.coming)))
         lst.owed.remove(owed)
         lst.read += 1
-        p = Cid(self._next("p"), handle, ch, 0, "passive", K.CONNECT, "req_rcvd", peer=active)
+        ud = lst.ud
+        p = Cid(self._next("p"), handle, ch, 0, "ud-passive" if ud else "passive", K.CONNECT,
+                "sidr_rcvd" if ud else "req_rcvd", peer=active)
         self.script.append("%s = %d  # the request's id" % (p.name, handle))
-        if active.peer is None and active.cm == "req_sent":
+        if active.peer is None and active.cm == ("sidr_sent" if ud else "req_sent"):
             active.peer = p
         else:  # the active id went away meanwhile (destroyed, or rejected its own REQ)
             p.cm = "idle"
@@ -252,12 +259,13 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
 
     # -- rules: set-up ------------------------------------------------------------------------
 
-    def _create(self, ch: int) -> Cid:
+    def _create(self, ch: int, ud: bool = False) -> Cid:
         raw = self.chans[ch]
         raw.reply.clear()
         uid = 0x1000 + self.counter + 1
         name = self._next("h")
-        err = self._send(ch, "CREATE_ID", {"uid": uid, "ps": int(abi.PortSpace.TCP), "qp_type": int(abi.QpType.RC)})
+        ps, qp = (abi.PortSpace.UDP, abi.QpType.UD) if ud else (abi.PortSpace.TCP, abi.QpType.RC)
+        err = self._send(ch, "CREATE_ID", {"uid": uid, "ps": int(ps), "qp_type": int(qp)})
         self._expect("CREATE_ID", err, 0)
         handle = int(raw.reply_of("CREATE_ID")["id"])
         self.script.append("%s = int(ch[%d].reply_of('CREATE_ID')['id'])" % (name, ch))
@@ -267,32 +275,33 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
 
     @precondition(lambda self: len(self.ids) < MAX_IDS)
     @rule(ch=st.integers(0, 1), port=st.sampled_from(PORTS), backlog=st.sampled_from([8, 8, 1]))
-    def listen(self, ch: int, port: int, backlog: int) -> None:
+    def listen(self, ch: int, port: int, backlog: int, ud: bool = False) -> None:
         self._settle()
-        if any(c.role == "listener" and c.port == port for c in self.ids):
+        role = "ud-listener" if ud else "listener"
+        if any(c.role == role and c.port == port for c in self.ids):
             return
-        c = self._create(ch)
+        c = self._create(ch, ud)
         addr = parse_address(self.addr, port)
         err = self._send(ch, "BIND", {"id": c.handle, "addr_size": addr.size, "addr": addr.pack_storage()},
                          {"addr": "parse_address(%r, %d).pack_storage()" % (self.addr, port)})
         self._expect("BIND %s port %d" % (self.addr, port), err, 0)
         err = self._send(ch, "LISTEN", {"id": c.handle, "backlog": backlog})
         self._expect("LISTEN", err, 0)
-        c.role, c.state, c.port = "listener", K.LISTEN, port
+        c.role, c.state, c.port = role, K.LISTEN, port
 
     @precondition(lambda self: len(self.ids) < MAX_IDS)
     @rule(ch=st.integers(0, 1), port=st.sampled_from(PORTS + PORTS + (CLOSED_PORT,)))
-    def prepare(self, ch: int, port: int) -> None:
-        """An active id: resolved to the sequence's address (the lab's own) and ``port`` (the
-        service its REQ names), its route resolved."""
+    def prepare(self, ch: int, port: int, ud: bool = False) -> None:
+        """An active id (with ``ud`` a datagram one): resolved to the sequence's address (the
+        lab's own) and ``port`` (the service its REQ names), its route resolved."""
         self._settle()
-        c = self._create(ch)
+        c = self._create(ch, ud)
         dst = parse_address(self.addr, port)
         err = self._send(ch, "RESOLVE_ADDR", {"id": c.handle, "timeout_ms": 2000, "dst_size": dst.size,
                                              "dst_addr": dst.pack_storage()},
                          {"dst_addr": "parse_address(%r, %d).pack_storage()" % (self.addr, port)})
         self._expect("RESOLVE_ADDR", err, 0)
-        c.role, c.port = "active", port
+        c.role, c.port = "ud-active" if ud else "active", port
         owe(c, "ADDR_RESOLVED", frozenset({0}))
         self._settle([c])
         c.state = K.ADDR_RESOLVED
@@ -428,6 +437,73 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
         if a.cm == "rep_rcvd":
             self._accept(a, 0)
             self._settle()
+
+    # -- rules: datagram requests (SIDR) ------------------------------------------------------
+
+    def _sidr_connect(self, a: Cid) -> None:
+        """CONNECT of a datagram id: a SIDR REQ to its port's UDP listener, whose answer (the
+        SIDR REP) ends it; with none there, SIDR status 1 (UNSUPPORTED) at once.  Unanswered,
+        its retries run out after about a minute (UNREACHABLE, -ETIMEDOUT)."""
+        err = self._send(a.ch, "CONNECT", {"id": a.handle, "conn_param.valid": 1, **_CONN_PARAM},
+                         note=" (SIDR, to port %d)" % a.port)
+        self._expect("CONNECT (SIDR) from %s to port %d" % (show(a), a.port), err, self._table(a, C.CONNECT))
+        if err:
+            return
+        a.state, a.cm = K.CONNECT, "sidr_sent"
+        a.may["UNREACHABLE"] = frozenset({-ETIMEDOUT})
+        lst = next((c for c in self.ids if c.role == "ud-listener" and c.port == a.port), None)
+        if lst is None:
+            a.cm = "done"
+            owe(a, "UNREACHABLE", frozenset({1}))
+        else:
+            lst.coming[0] = a  # a SIDR REQ carries no QP number: the event's is 0
+            owe(lst, "CONNECT_REQUEST", frozenset({0}))
+
+    def _sidr_answer(self, p: Cid, accept: bool) -> None:
+        """ACCEPT (with a QP number) or REJECT (reason 28) of a datagram request's id: the SIDR
+        REP, taken once (then the IB CM refuses: EINVAL)."""
+        if accept:
+            self.counter += 1
+            qpn, uid = 0x300000 + self.counter, 0x3000 + self.counter
+            err = self._send(p.ch, "ACCEPT", {"id": p.handle, "uid": uid, "conn_param.valid": 1,
+                                              "conn_param.qp_num": qpn, **_CONN_PARAM})
+        else:
+            qpn, uid = 0, 0
+            err = self._send(p.ch, "REJECT", {"id": p.handle, "reason": 28})
+        want = self._table(p, C.ACCEPT if accept else C.REJECT) or (0 if p.cm == "sidr_rcvd" else EINVAL)
+        self._expect("%s on %s" % ("ACCEPT" if accept else "REJECT", show(p)), err, want)
+        if not err and p.cm == "sidr_rcvd":
+            if accept:
+                p.uid = uid
+            sidr_answered(self.ids, p, accept, qpn)
+
+    @precondition(lambda self: len(self.ids) < MAX_IDS - 1)
+    @rule(ch=st.integers(0, 1), other=st.booleans(), port=st.sampled_from(PORTS + (CLOSED_PORT,)),
+          answer=st.sampled_from(["accept", "accept", "reject", "none"]))
+    def sidr(self, ch: int, other: bool, port: int, answer: str) -> None:
+        """A datagram request (UDP's port space, UD ids): a UDP listener on ``port`` if none is
+        there (never on CLOSED_PORT), an active datagram id on channel ``ch``, its SIDR REQ, and
+        the request's id answered as ``answer`` says (or left for ``answer_sidr``)."""
+        self._settle()
+        if port != CLOSED_PORT:
+            self.listen(1 - ch if other else ch, port, 8, ud=True)
+        self.prepare(ch, port, ud=True)
+        a = self.ids[-1]
+        self._sidr_connect(a)
+        self._settle()
+        p = a.peer
+        if p is not None and p in self.ids and answer != "none":
+            self._sidr_answer(p, answer == "accept")
+            self._settle()
+
+    @rule(data=st.data(), accept=st.booleans())
+    def answer_sidr(self, data: st.DataObject, accept: bool) -> None:
+        """Answer a datagram request's id, whatever it is now: not answered yet, answered, its
+        active end gone."""
+        self._settle()
+        ids = self._live("ud-passive")
+        if ids:
+            self._sidr_answer(data.draw(st.sampled_from(ids), label="request's id"), accept)
 
     @precondition(lambda self: len(self.ids) < MAX_IDS - 1)
     @rule(ch=st.integers(0, 1), other=st.booleans(), port=st.sampled_from(PORTS))

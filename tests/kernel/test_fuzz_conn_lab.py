@@ -46,6 +46,7 @@ def test_bounded_connection_campaign():
     assert stats["commands"] > EXAMPLES * 3, "the campaign ran almost nothing: %s" % stats
     assert stats["events"]["CONNECT_REQUEST"] > 3, "the campaign made almost no connection: %s" % stats
     assert set(stats["addresses"]) == set(cm.WHERE), "not every address family was drawn: %s" % stats
+    assert stats["events"]["CONNECT_REQUEST (UD)"] > 0, "no datagram (SIDR) request was made: %s" % stats
 
 
 class _Pick:

@@ -121,6 +121,14 @@ _COMMAND_HINTS = {
     "or the event is not USER",
     ("RESOLVE_IB_SERVICE", _errno.EINVAL): "this kernel has no RESOLVE_IB_SERVICE (Linux 6.17 and later have it)",
     ("RESOLVE_IB_SERVICE", _errno.EOPNOTSUPP): "service records need an InfiniBand SA: RoCE and iWARP have none",
+    # AF_IB on RoCE (5.10 and 7.2, Soft-RoCE): a source GID binds no port (ENODEV), an AF_IB
+    # destination resolves to the device, and its route has no netdev to go over (ENODEV)
+    ("BIND", _errno.ENODEV): "no RDMA port has this source address (check `rdma link` and `pyrdmacm devices`); "
+    "an AF_IB source GID must be an InfiniBand port's: RoCE ports take IP sources",
+    ("RESOLVE_ADDR", _errno.ENODEV): "the source address has no RDMA device behind it (check `rdma link`); an AF_IB "
+    "source GID must be an InfiniBand port's: RoCE ports take IP sources",
+    ("RESOLVE_ROUTE", _errno.ENODEV): "the id's netdev has no RDMA device, or is gone (check `pyrdmacm route DST` and "
+    "`rdma link`); an AF_IB destination is routed over InfiniBand only: on RoCE the kernel has no netdev for it",
 }
 
 

@@ -84,3 +84,36 @@ class TestRealKernel(suite(cm_behaviour, aio_behaviour)):
 
 def test_every_behavioural_test_runs_in_this_tier():
     assert suite_tests(cm_behaviour, aio_behaviour) <= set(dir(TestRealKernel)) and len(suite_tests(cm_behaviour)) > 30
+
+
+def test_af_ib_on_roce_binds_the_wildcard_resolves_and_has_no_route():
+    """AF_IB on a RoCE port (the lab's Soft-RoCE; 5.10 and 7.2 alike): a source GID binds no
+    port (ENODEV), the wildcard GID binds, an AF_IB destination resolves to the device, and
+    its route has no netdev to go over (ENODEV): AF_IB connections need an InfiniBand port.
+    The refusals say so."""
+    from pyrdmacm import CmId, EventChannel
+    from pyrdmacm.abi import CmEventType as E
+    from pyrdmacm.abi import PortSpace
+    from pyrdmacm.addr import Address
+    from pyrdmacm.errors import KernelError
+
+    gid = "::ffff:10.0.2.15"  # rxe0's RoCE v2 GID of 10.0.2.15
+    with EventChannel() as ch:
+        for ps in (PortSpace.IB, PortSpace.TCP):
+            with pytest.raises(KernelError) as e:
+                CmId(ch, ps).bind_addr(Address.ib(gid, port=7471, port_space=ps))
+            assert e.value.errno == errno.ENODEV and "InfiniBand port" in str(e.value)
+            any_ = CmId(ch, ps)
+            any_.bind_addr(Address.ib("::", port=7471, port_space=ps))
+            any_.listen()
+            cm = CmId(ch, ps)
+            cm.resolve_addr(Address.ib(gid, port=7471, port_space=ps), timeout_ms=2000)
+            ev = ch.get_event(5)
+            assert ev is not None and ev.event is E.ADDR_RESOLVED and ev.status == 0, ev
+            ev.ack()
+            assert cm.device is not None and cm.device.name == "rxe0"
+            with pytest.raises(KernelError) as e:
+                cm.resolve_route(2000)
+            assert e.value.errno == errno.ENODEV and "InfiniBand only" in str(e.value)
+            any_.destroy()
+            cm.destroy()

@@ -115,8 +115,8 @@ class Queries(Life):
     def query_route(self, devices: Optional[Iterable["Device"]] = None) -> RouteInfo:
         """QUERY_ROUTE: the device, the port, and the route's first path (its GIDs and pkey),
         in one command, as librdmacm reads them after ROUTE_RESOLVED.  Before resolve_route
-        the kernel gives the GIDs of the addresses on RoCE, the port's and the broadcast
-        GID's on IB (``num_paths`` 0); an id on no device has none.  ``devices``: as for
+        the kernel gives the GIDs the address resolution found (``num_paths`` 0; on RoCE the
+        addresses' own); an id on no device has none.  ``devices``: as for
         :meth:`query_addr`.  Not cached: the route changes with the id."""
         self._alive("query_route")
         r = self._ask("QUERY_ROUTE", 0, wire.route_reply_prefill(), wire.route_where)

@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 from .cells import Cell, Rail, Target
 
+
 def rails(names: Optional[Iterable[str]] = None, *, devices: Any = None) -> List[Rail]:
     """This network namespace's rails: each netdev with an RDMA port or GID behind it, with its
     addresses (IPv4, and IPv6 of global scope), in ifindex order; ``names``: just these, in

@@ -76,7 +76,8 @@ class RouteInfo:
     sgid: Optional[ipaddress.IPv6Address]
     dgid: Optional[ipaddress.IPv6Address]
     pkey: int
-    #: the route's paths: 0 before resolve_route (the GIDs are then the addresses' own), 1 or 2
+    #: the route's paths: 0 before resolve_route (the GIDs are then those the address
+    #: resolution found), 1 or 2
     num_paths: int
 
 

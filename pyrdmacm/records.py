@@ -1,10 +1,10 @@
 """What the kernel's replies and events say, and what a connection sends, as frozen objects.
 
 Device, address, route and path (:meth:`~pyrdmacm.CmId.query_addr`,
-:meth:`~pyrdmacm.CmId.query_route`, :meth:`~pyrdmacm.CmId.query_path`); the connection parameters (:class:`ConnParam`:
-what CONNECT and ACCEPT send, and what CONNECT_REQUEST, CONNECT_RESPONSE and
-ESTABLISHED carry of the peer's); the datagram parameters of an ESTABLISHED or
-MULTICAST_JOIN event of a UD id (:class:`UdParam`, with its :class:`AhAttr`); the QP
+:meth:`~pyrdmacm.CmId.query_route`, :meth:`~pyrdmacm.CmId.query_path`); the connection
+parameters (:class:`ConnParam`: what CONNECT and ACCEPT send, and what CONNECT_REQUEST,
+CONNECT_RESPONSE and ESTABLISHED carry of the peer's); the datagram parameters of an
+ESTABLISHED or MULTICAST_JOIN event of a UD id (:class:`UdParam`, with its :class:`AhAttr`); the QP
 attributes INIT_QP_ATTR answers (:class:`QpAttr`).  :mod:`pyrdmacm.wire` makes them
 from the bytes and encodes :class:`ConnParam`; nothing here does I/O.
 
@@ -97,8 +97,8 @@ if TYPE_CHECKING:  # the names as this module's own (explicit re-exports)
     from ._records_later import AhAttr as AhAttr
     from ._records_later import DeviceRef as DeviceRef
     from ._records_later import PathRecord as PathRecord
-    from ._records_later import RouteInfo as RouteInfo
     from ._records_later import QpAttr as QpAttr
+    from ._records_later import RouteInfo as RouteInfo
     from ._records_later import ServiceRecord as ServiceRecord
     from ._records_later import UdParam as UdParam
     from ._records_later import _mask_fields as _mask_fields

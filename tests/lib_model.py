@@ -205,14 +205,15 @@ class LibMachine(RuleBasedStateMachine):
     def _live(self, role: str, state: Optional[State] = None) -> List[CmId]:
         return [c for c in self.ids if self.roles[id(c)] == role and (state is None or c.state is state)]
 
-    def _all_handed(self, cm: CmId, reported: int, call: str, side: Side) -> None:
-        """``reported`` (destroy's or migrate's ``events_reported``) equals the events handed
-        for ``cm``; those a reader (a thread, a task) read before the call and had not handed on
-        yet are still the program's: they come first."""
-        if reported > self.handed[id(cm)] and side.threaded:
+    def _all_handed(self, counts: Dict[int, int], of: Any, reported: int, call: str, side: Side) -> None:
+        """``reported`` (destroy's, migrate's or a membership's leave's ``events_reported``)
+        equals the events handed for ``of`` (an id, a membership: ``counts`` by its id()); those
+        a reader (a thread, a task) read before the call and had not handed on yet are still the
+        program's: they come first."""
+        if reported > counts[id(of)] and side.threaded:
             self._drain(0.4)
-        if reported != self.handed[id(cm)]:
-            self._fail("%s reported %d events; %d were handed to the program" % (call, reported, self.handed[id(cm)]))
+        if reported != counts[id(of)]:
+            self._fail("%s reported %d events; %d were handed to the program" % (call, reported, counts[id(of)]))
 
     def _side_of(self, cm: CmId) -> Side:
         return next(s for s in self.sides.values() if s.ch is cm.channel)
@@ -359,7 +360,7 @@ class LibMachine(RuleBasedStateMachine):
         self.ids.remove(cm)
         self.in_transit[id(cm)] = cm
         try:
-            self._all_handed(cm, reported, "%s.destroy()" % name, self._side_of(cm))
+            self._all_handed(self.handed, cm, reported, "%s.destroy()" % name, self._side_of(cm))
         finally:
             del self.in_transit[id(cm)]
 
@@ -376,7 +377,7 @@ class LibMachine(RuleBasedStateMachine):
         self._drain(0.2)
         self._step("%s.migrate(%s channel)" % (self._name(cm), new.name))
         reported = cm.migrate(new.ch)
-        self._all_handed(cm, reported, "%s.migrate()" % self._name(cm), old)
+        self._all_handed(self.handed, cm, reported, "%s.migrate()" % self._name(cm), old)
 
     @rule(which=st.sampled_from(["server", "client"]))
     @recorded
@@ -435,11 +436,8 @@ class LibMachine(RuleBasedStateMachine):
         self._drain(0.2)
         self._step("%s: leave %s" % (self._name(m.id), m.addr.ip))
         reported = m.leave()
-        if reported > self.handed_mc[id(m)] and self._side_of(m.id).threaded:
-            self._drain(0.4)  # read by the reader before leave(), not handed on yet: still the program's
-        if reported != self.handed_mc[id(m)]:
-            self._fail("leave() of %s's %s reported %d events; %d were handed to the program"
-                       % (self._name(m.id), m.addr.ip, reported, self.handed_mc[id(m)]))
+        self._all_handed(self.handed_mc, m, reported, "leave() of %s's %s" % (self._name(m.id), m.addr.ip),
+                         self._side_of(m.id))
 
     # -- invariants ------------------------------------------------------------------------------
 

@@ -181,18 +181,20 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
         qpn = _CONN.unpack_dict(r["param"][:_CONN.size])["qp_num"]  # the peer's QP number, in the conn param
         status = status - (1 << 32) if status & 0x80000000 else status  # a negative errno or a reason
         name = EV(ev).name if ev in EV._value2member_map_ else str(ev)
-        owner = next((c for c in self.ids if c.ch == ch and c.uid == uid and c.uid
-                      and (name == "CONNECT_REQUEST" or c.handle == handle)), None)
+        if name == "CONNECT_REQUEST":  # the listener's event (uid); the request's id is new
+            owner = next((c for c in self.ids if c.role in ("listener", "ud-listener") and c.ch == ch
+                          and c.uid == uid), None)
+        else:
+            owner = next((c for c in self.ids if c.ch == ch and c.handle == handle and c.uid == uid and c.uid), None)
         ConnMachine.stats["events"][name + (" (UD)" if owner is not None and owner.ud else "")] += 1
         self.script.append("select.select([ch[%d].dev.fileno()], [], [], %s); err = ch[%d].get_event()  "
                            "# %s id %d status %d qp_num %#x" % (ch, wait or 1.0, ch, name, handle, status, qpn))
         if name == "CONNECT_REQUEST":
-            return self._request(ch, uid, handle, status, qpn)
-        c = next((c for c in self.ids if c.ch == ch and c.handle == handle and c.uid == uid and c.uid), None)
-        if c is None:
+            return self._request(owner, ch, uid, handle, status, qpn)
+        if owner is None:
             self._fail("GET_EVENT on ch[%d]: %s (uid %#x, id %d, status %d) for no id of this channel the model "
                        "knows" % (ch, name, uid, handle, status))
-        self._take(c, name, status, qpn)
+        self._take(owner, name, status, qpn)
         return True
 
     def _take(self, c: Cid, name: str, status: int, qpn: int) -> None:
@@ -213,9 +215,8 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
         if name == "REJECTED" and c.cm in ("req_sent", "rep_rcvd", "rep_sent"):
             c.cm = "idle"
 
-    def _request(self, ch: int, uid: int, handle: int, status: int, qpn: int) -> bool:
-        lst = next((c for c in self.ids if c.role in ("listener", "ud-listener") and c.ch == ch and c.uid == uid),
-                   None)
+    def _request(self, lst: Optional[Cid], ch: int, uid: int, handle: int, status: int, qpn: int) -> bool:
+        """A CONNECT_REQUEST for listener ``lst`` (None: no listener of the channel has its uid)."""
         if lst is None:
             self._fail("CONNECT_REQUEST (uid %#x, id %d) on ch[%d] for no listener of this channel" % (uid, handle, ch))
         active = lst.coming.pop(qpn, None)

@@ -34,8 +34,6 @@ class World:
     no_route_errno: int
     not_local: str  # an address of no interface here
     device: str  # the RDMA device name the local address maps to
-    #: seconds the silent-destination case may take beyond its timeout
-    slack: float = 2.0
     #: what ``EventChannel()`` opens (PYRDMACM_DEVICE) where the tier has no rdma_cm: a
     #: character device that takes writes, for the tests of opening itself
     device_path: Optional[str] = None
@@ -142,16 +140,23 @@ def test_query_route_gives_the_device_port_and_gids_in_one_command(world: World)
 
 
 def test_silent_destination_times_out(world: World):
+    """A silent destination's resolution ends with ETIMEDOUT at the id's own timeout: not
+    before it, and before that of an id that started at the same time with a longer one (an
+    order, which a loaded host keeps; a deadline in seconds it may miss)."""
     with world.channel() as ch:
+        longer = CmId(ch)
         cm = CmId(ch)
         t0 = time.monotonic()
+        longer.resolve_addr(world.silent, timeout_ms=8000)
         cm.resolve_addr(world.silent, timeout_ms=300)
         ev = wait(ch, 10)
         took = time.monotonic() - t0
-        assert ev.event is E.ADDR_ERROR
+        assert ev.id is cm and ev.event is E.ADDR_ERROR, ev
         assert ev.status == -errno.ETIMEDOUT and ev.status_name == "ETIMEDOUT"
         assert not ev.ok
-        assert 0.25 <= took <= 0.3 + world.slack
+        assert took >= 0.25
+        assert longer.state is State.ADDR_QUERY
+        assert longer.destroy() == 0
         assert cm.state is State.ADDR_BOUND  # the kernel reverts, the id may resolve again
         cm.resolve_addr(world.local, timeout_ms=1000)
         assert wait(ch).event is E.ADDR_RESOLVED
@@ -578,7 +583,8 @@ def test_signal_during_a_blocking_wait_is_absorbed(world: World):
             t0 = time.monotonic()
             assert ch.get_event(0.3) is None  # a timed wait keeps its deadline across signals
             took = time.monotonic() - t0
-            assert 0.29 <= took <= 0.3 + world.slack and len(hits) > n
+            # restarting the whole wait at each signal (every 30 ms) would never end
+            assert 0.29 <= took < 10 and len(hits) > n
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
@@ -691,9 +697,8 @@ def test_close_wakes_a_thread_waiting_for_events(world: World, timeout, looked_f
     time.sleep(0.2)  # let it block in poll()
     t0 = time.monotonic()
     ch.close()
-    t.join(5)
-    assert not t.is_alive(), "the waiting thread hangs after close()"
-    assert time.monotonic() - t0 < 2
+    t.join(10)  # the wait's own end is 30 s away, or never
+    assert not t.is_alive(), "the waiting thread hangs after close() (%.1f s)" % (time.monotonic() - t0)
     (e,) = got
     assert isinstance(e, StateError) and "closed" in str(e) and "while waiting" in str(e), repr(e)
     with pytest.raises(StateError, match="closed"):
@@ -1133,14 +1138,13 @@ def test_a_wait_takes_its_outcome_and_keeps_the_other_events_for_get_event(world
 def test_a_wait_that_times_out_is_forgotten_and_its_event_goes_to_get_event(world: World):
     with world.channel() as ch:
         cm = CmId(ch)
-        cm.resolve_addr(world.silent, timeout_ms=300)
+        cm.resolve_addr(world.silent, timeout_ms=2000)
         w = ch.expect(cm.uid, Waiter.for_events(E.ROUTE_RESOLVED))  # never comes: ADDR_ERROR does
-        t0 = time.monotonic()
         assert ch.wait(w, 0.05) is False and not w.done
-        assert time.monotonic() - t0 < 1.0  # its own deadline, not the resolution's
+        assert ch.get_event(0) is None  # it ended at its own deadline, before the resolution's
         ch.forget(cm.uid, w)
         assert ch.waiting == 0
-        ev = ch.get_event(2 + world.slack)
+        ev = ch.get_event(10)
         assert ev is not None and ev.id is cm and ev.event is E.ADDR_ERROR and not w.done
 
 

@@ -29,7 +29,6 @@ def world(request):
         no_route_errno=errno.ENETUNREACH,
         not_local="10.0.0.77",
         device=FakeDevice().name,
-        slack=0.5,
         device_path=os.devnull,
     )
 
@@ -76,9 +75,6 @@ def test_pre_5_8_kernel_without_device_index(kernel_class):
 
 def test_event_for_an_id_the_channel_does_not_know_is_dropped():
     """An event whose uid names no live id of this channel (its id was destroyed) is skipped."""
-    import os
-
-    from pyrdmacm._codec import CODECS
     from pyrdmacm.abi import CmEventType as E
     from pyrdmacm import CmId, EventChannel
 
@@ -97,14 +93,10 @@ def test_events_outside_the_transition_table_are_delivered_as_they_come(read):
     """get_event's fast path handles the events of TRANSITIONS; an event with no transition
     from the id's state, or of a type pyrdmacm does not know, still reaches the caller
     (state unchanged, counted as unacked) and the next ordinary event takes the fast path."""
-    import os
-
-    from pyrdmacm._codec import CODECS
     from pyrdmacm.abi import CmEventType as E
     from pyrdmacm import CmId, EventChannel, State
 
     kernel = FakeKernel(FakeNet())
-    pack = CODECS["rdma_ucm_event_resp"].pack_dict
     with EventChannel(kernel) as ch:
         cm = CmId(ch)
         for ev_type, status in ((int(E.ADDR_CHANGE), 0), (99, -110), (int(E.ADDR_RESOLVED), 0)):

@@ -86,6 +86,29 @@ def test_ipoib_resolves_only_through_the_loopback_path():
         assert {x.q[0][0] for x in m.possible() if x.q} == {event}
 
 
+def test_af_ib_as_the_lab_answers_it():
+    """AF_IB on the lab's RoCE port, as probed on 5.10 and 7.2: a GID binds nothing (ENODEV,
+    before the port space), PS_IPOIB has no AF_IB ports, a destination resolves by its GID's
+    prefix (none: ENODEV in the write, the id left bound) and has no netdev to route over."""
+    tcp, ipoib = _id(), _id(ps=um.PS.IPOIB, qp=um.QP.UD)
+    assert um._bind_local(ipoib, World(), steps.ADDRS["ib-gid"], []) == [(errno.ENODEV, World())]
+    assert um._bind_local(ipoib, World(), steps.ADDRS["ib-any"], []) == [(errno.EPROTONOSUPPORT, World())]
+    (err, w), = um._bind_local(tcp, World(), steps.ADDRS["ib-any:fixed"], [])
+    assert err == 0 and (w.state, w.fam, w.addr, w.port, w.dev) == (S.ADDR_BOUND, um.AF_IB, "any", um.FIXED_PORT, False)
+    (err, w), = um.resolve_outcomes(tcp, World(), steps.DSTS["ib-nowhere"], None, [])
+    assert err == errno.ENODEV and (w.state, w.fam, w.addr) == (S.ADDR_BOUND, um.AF_IB, "any")
+    (err, w), = um.resolve_outcomes(tcp, World(), steps.DSTS["ib-gid"], None, [])
+    assert err == 0 and w.state is S.ADDR_QUERY
+    tcp.worlds = {w}
+    done = {x for x in tcp.possible() if x.q}
+    assert {(x.state, x.dev, x.loop) for x in done} == {(S.ADDR_RESOLVED, True, True)}
+    assert um.route_outcomes(tcp, done.pop(), 1000)[0][0] == errno.ENODEV
+    holder = _id(worlds={World(state=S.ADDR_BOUND, fam=um.AF_IB, addr="any", port=um.FIXED_PORT)})
+    assert um.port_conflicts(_id(), World(), 2, "local", [holder]) == {errno.EADDRNOTAVAIL}
+    sid = steps.ADDRS["ib-any:fixed"].for_space(um.PS.UDP).sid
+    assert sid == (int(um.PS.UDP) << 16) + um.FIXED_PORT
+
+
 def test_a_reproducer_is_reduced_to_the_steps_its_last_answer_needs(monkeypatch):
     """reduce_script drops every step whose absence leaves the last command's answer as it was
     (here: LISTEN twice answers EINVAL only after a create and a first LISTEN)."""

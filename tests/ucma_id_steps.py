@@ -23,8 +23,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from pyrdmacm import abi
 
 import ucma_world
-from ucma_world import (AF_INET6, AF_UNIX, C, CLOSED_PORT, EAGAIN, EFAULT, EINVAL, ENOENT, ENOSPC, ENOSYS, FIXED_PORT,
-                        GATEWAY, LOCAL, LOCAL6, NOT_LOCAL, PS, QP, AddrChoice, Disagreement, IdModel, K, Result, S,
+from ucma_world import (AF_IB, AF_INET6, AF_UNIX, C, CLOSED_PORT, EAGAIN, EFAULT, EINVAL, ENOENT, ENOSPC, ENOSYS, FIXED_PORT,
+                        GATEWAY, LOCAL, LOCAL6, LOCAL_GID, NOT_LOCAL, PS, QP, AddrChoice, Disagreement, IdModel, K, Result, S,
                         World, _bind_local, _en, _kind, _states, kernel_state, match_states, netlink_states,
                         nothing_left, rdma_device_count, refused, resolve_outcomes, route_outcomes, since)
 
@@ -38,6 +38,10 @@ ADDRS = {
     "any6": AddrChoice("any", "::", 0, AF_INET6),
     "any6:fixed": AddrChoice("any", "::", FIXED_PORT, AF_INET6),
     "notlocal": AddrChoice("notlocal", NOT_LOCAL),
+    # AF_IB: the service id carries the id's port space (and the port, when fixed)
+    "ib-any": AddrChoice("any", "::", 0, AF_IB),
+    "ib-any:fixed": AddrChoice("any", "::", FIXED_PORT, AF_IB),
+    "ib-gid": AddrChoice("local", LOCAL_GID, 0, AF_IB),
 }
 DSTS = {
     "local": AddrChoice("local", LOCAL, CLOSED_PORT),
@@ -45,6 +49,10 @@ DSTS = {
     "far": AddrChoice("far", "192.0.2.1", CLOSED_PORT),  # routed through the gateway
     "any": AddrChoice("any", "0.0.0.0", CLOSED_PORT),  # cma_resolve_loopback
     "local6": AddrChoice("local", LOCAL6, CLOSED_PORT, AF_INET6),
+    "ib-gid": AddrChoice("local", LOCAL_GID, CLOSED_PORT, AF_IB),
+    "ib-linklocal": AddrChoice("far", "fe80::1", CLOSED_PORT, AF_IB),  # rxe0 has a GID of its prefix
+    "ib-any": AddrChoice("any", "::", CLOSED_PORT, AF_IB),  # cma_resolve_loopback
+    "ib-nowhere": AddrChoice("nowhere", "2001:db8::1", CLOSED_PORT, AF_IB),  # no GID of its prefix
 }
 #: malformed address fields: (name, overrides of the struct's fields)
 BAD_ADDR = ["reserved=1", "size=0", "size+1", "size=28 for AF_INET", "AF_UNIX", "family 0"]
@@ -299,7 +307,8 @@ class IdSteps(RuleBasedStateMachine):
     def bind(self, data: st.DataObject, addr: str, bad: Optional[str], legacy: bool) -> None:
         ch, h, m = self._target(data)
         a = ADDRS[addr]
-        sa = a.address
+        sa = a.for_space(m.ps if m else PS.TCP)
+        legacy = legacy and a.family != AF_IB  # a sockaddr_ib is no sockaddr_in6 slot
         if legacy:  # BIND_IP: the address in a sockaddr_in6 slot
             slot = sa.pack_in6()
             if bad in ("AF_UNIX", "family 0"):
@@ -334,7 +343,7 @@ class IdSteps(RuleBasedStateMachine):
         self._judge("BIND %s%s" % (addr, " (BIND_IP)" if legacy else ""), m, err, per_world, pre)
 
     @rule(data=st.data(), dst=st.sampled_from(sorted(DSTS)),
-          src=st.sampled_from([None] * 4 + ["local", "notlocal", "any"]),
+          src=st.sampled_from([None] * 4 + ["local", "notlocal", "any", "ib-any"]),
           bad=st.sampled_from([None] * 8 + ["reserved=1", "dst_size=0", "dst_size+1", "AF_UNIX", "src_size=1"]),
           timeout=st.sampled_from([2000, 2000, 0, U32]), legacy=st.sampled_from([False, False, False, True]))
     def resolve_addr(self, data: st.DataObject, dst: str, src: Optional[str], bad: Optional[str], timeout: int,
@@ -342,17 +351,20 @@ class IdSteps(RuleBasedStateMachine):
         ch, h, m = self._target(data)
         d = DSTS[dst]
         s = ADDRS[src] if src else None
+        ps = m.ps if m else PS.TCP
+        da, sa = d.for_space(ps), (s.for_space(ps) if s else None)
+        legacy = legacy and AF_IB not in (d.family, s and s.family)  # a sockaddr_ib is no sockaddr_in6 slot
         if legacy:  # RESOLVE_IP: sockaddr_in6 slots, family 0 = no source
-            fields = {"src_addr": s.address.pack_in6() if s else bytes(28), "dst_addr": d.address.pack_in6(),
+            fields = {"src_addr": sa.pack_in6() if sa else bytes(28), "dst_addr": da.pack_in6(),
                       "id": h, "timeout_ms": timeout}
             if bad == "AF_UNIX":
                 fields["dst_addr"] = _storage(AF_UNIX, 28)
             err = self._raw(ch, C.RESOLVE_IP, "rdma_ucm_resolve_ip", fields)
             pre = EINVAL if bad == "AF_UNIX" else None  # ucma_resolve_ip: !rdma_addr_size_in6(dst)
         else:
-            fields = {"id": h, "timeout_ms": timeout, "src_size": s.address.size if s else 0,
-                      "dst_size": d.address.size, "reserved": 0,
-                      "src_addr": s.address.pack_storage() if s else b"", "dst_addr": d.address.pack_storage()}
+            fields = {"id": h, "timeout_ms": timeout, "src_size": sa.size if sa else 0,
+                      "dst_size": da.size, "reserved": 0,
+                      "src_addr": sa.pack_storage() if sa else b"", "dst_addr": da.pack_storage()}
             if bad == "reserved=1":
                 fields["reserved"] = 1
             elif bad == "dst_size=0":

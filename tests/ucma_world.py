@@ -47,13 +47,17 @@ K = abi.RdmaCmState
 E_OK = 0
 EINVAL, ENOENT, ENOSPC, EFAULT, ENOSYS = errno.EINVAL, errno.ENOENT, errno.ENOSPC, errno.EFAULT, errno.ENOSYS
 EAGAIN, EADDRINUSE, EADDRNOTAVAIL, EISCONN = errno.EAGAIN, errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EISCONN
+ENODEV, EPROTONOSUPPORT = errno.ENODEV, errno.EPROTONOSUPPORT
 
-AF_INET, AF_INET6, AF_UNIX = 2, 10, 1
+AF_INET, AF_INET6, AF_UNIX, AF_IB = 2, 10, 1, 27
 
 # -- what the lab offers (tools/lab's "single" topology) -----------------------------------
 
 LOCAL = "10.0.2.15"
 LOCAL6 = "fec0::15"
+#: rxe0's RoCE v2 GID of LOCAL: the lab's one port has no InfiniBand link layer, so an AF_IB
+#: address binds no device and routes over no netdev (probed on 5.10 and 7.2 alike)
+LOCAL_GID = "::ffff:" + LOCAL
 GATEWAY = "10.0.2.2"
 #: a port nothing listens on: CONNECT there is refused (REJ 8 / SIDR status 1)
 CLOSED_PORT = 7999
@@ -104,7 +108,9 @@ class World:
     reuse: bool = False
     afonly: Optional[bool] = None  #: set by the option (None: the family's default)
     wild_listen: bool = False  #: listening on a wildcard: one internal listener per device
-    loop: bool = False  #: resolved to the any address (cma_resolve_loopback): no netdev bound
+    #: no netdev bound: resolved to the any address (cma_resolve_loopback), or an AF_IB
+    #: destination (cma_resolve_ib_dev picks the device by GID; RoCE has no netdev for it)
+    loop: bool = False
     pend: Tuple[Tuple[Outcome, ...], ...] = ()  #: work in flight: each its possible outcomes
     q: Tuple[Ev, ...] = ()  #: events generated, not read yet
 
@@ -208,6 +214,8 @@ def port_conflicts(me: IdModel, w: World, fam: int, addr: str, others: Iterable[
             # an any-bound id that resolved may hold its source address by now
             if addr == "any" or ow.addr == "any":
                 res.add(EADDRNOTAVAIL)
+                if ow.fam == AF_IB and ow.state not in (S.IDLE, S.ADDR_BOUND, S.LISTEN) and addr == "local":
+                    res.add(0)  # an AF_IB id that resolved holds its GID: another family's address
                 if ow.addr == "any" and ow.state not in (S.IDLE, S.ADDR_BOUND, S.LISTEN) and addr == "local":
                     res.add(EADDRINUSE)
             elif fam == ow.fam:
@@ -224,6 +232,13 @@ def port_conflicts(me: IdModel, w: World, fam: int, addr: str, others: Iterable[
 
 def _bind_local(me: IdModel, w: World, a: "AddrChoice", others: Iterable[IdModel]) -> Result:
     """rdma_bind_addr_dst from IDLE: (errno, world) pairs."""
+    if a.family == AF_IB:
+        if a.kind == "local":
+            # cma_acquire_dev_by_src_ip: a GID source needs an InfiniBand port, before the port
+            # space is looked at (PS_IPOIB too)
+            return [(ENODEV, w)]
+        if me.ps == PS.IPOIB:
+            return [(EPROTONOSUPPORT, w)]  # cma_get_port: cma_select_ib_ps has no PS_IPOIB
     if a.kind == "notlocal":
         return [(EADDRNOTAVAIL, w)]  # cma_translate_addr: rdma_translate_ip finds no netdev
     if a.kind == "local" and me.ps == PS.IPOIB:
@@ -245,13 +260,21 @@ def _bind_local(me: IdModel, w: World, a: "AddrChoice", others: Iterable[IdModel
 class AddrChoice:
     """An address the rules draw: what it is, and how the kernel sees it."""
 
-    kind: str  #: "any", "local", "notlocal", "gateway", "far", "loopback", "mcast"
+    kind: str  #: "any", "local", "notlocal", "gateway", "far", "nowhere", "loopback", "mcast"
     text: str
     port: int = 0
     family: int = AF_INET
 
     @property
     def address(self) -> Address:
+        return self.for_space(PS.TCP)
+
+    def for_space(self, ps: int) -> Address:
+        """The sockaddr an id of port space ``ps`` gives: an AF_IB one carries the port space in
+        its service id (as rdma_getaddrinfo makes it)."""
+        if self.family == AF_IB:
+            return Address.ib(self.text, port=self.port or None,
+                              port_space=ps if ps in PS._value2member_map_ else PS.TCP)
         return parse_address(self.text, self.port)
 
 
@@ -265,26 +288,33 @@ def resolve_outcomes(me: IdModel, w: World, dst: AddrChoice, src: Optional[AddrC
     starts: List[World] = []
     if w.state is S.IDLE:
         # cma_bind_addr: the source given, or a wildcard of dst's family
-        if src is not None:
-            for e, w2 in _bind_local(me, w, src, others):
-                if e:
-                    out.append((e, w2))
-                else:
-                    starts.append(w2)
-        else:
-            starts.append(w.but(state=S.ADDR_BOUND, fam=dst.family, addr="any", port=0))
+        if src is None:
+            src = AddrChoice("any", "::" if dst.family != AF_INET else "0.0.0.0", 0, dst.family)
+        for e, w2 in _bind_local(me, w, src, others):
+            if e:
+                out.append((e, w2))
+            else:
+                starts.append(w2)
     else:
         starts.append(w)  # ADDR_BOUND: the source is ignored
     for b in starts:
         if b.fam != dst.family:
             out.append((EINVAL, b))  # cma_family(id) != dst family: the id stays bound
             continue
-        if me.ps == PS.IPOIB and dst.kind != "any":
+        if dst.family == AF_IB and dst.kind == "nowhere":
+            # cma_resolve_ib_dev: no port has a GID of the destination's subnet prefix; the
+            # id stays bound (rdma_resolve_addr's error path: ADDR_QUERY -> ADDR_BOUND)
+            out.append((ENODEV, b))
+            continue
+        if dst.family == AF_IB:
+            op: Tuple[Outcome, ...] = ((("ADDR_RESOLVED", frozenset({0}), 0),
+                                        (("state", S.ADDR_RESOLVED), ("dev", True), ("loop", True))),)
+        elif me.ps == PS.IPOIB and dst.kind != "any":
             # found by the fuzzer (5.10): only addr_handler's cma_acquire_dev_by_src_ip refuses
             # PS_IPOIB on a RoCE netdev; cma_resolve_loopback (dst 0.0.0.0) binds the first
             # device whatever the port space, and the id resolves
             ev: Ev = ("ADDR_ERROR", frozenset({-EINVAL & 0xFFFFFFFF}), 0)  # no IB netdev: -EINVAL
-            op: Tuple[Outcome, ...] = ((ev, (("state", S.ADDR_BOUND),)),)
+            op = ((ev, (("state", S.ADDR_BOUND),)),)
         else:
             op = ((("ADDR_RESOLVED", frozenset({0}), 0),
                    (("state", S.ADDR_RESOLVED), ("dev", True), ("loop", dst.kind == "any"))),)

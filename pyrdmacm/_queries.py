@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple, TypeVar
 
 from . import abi, wire
 from .addr import AF_IB, Address
-from .errors import KernelError, StateError
-from .state import Life, State
+from .errors import KernelError, RdmaCmError, StateError
+from .state import Call, Life, State
 
 if TYPE_CHECKING:  # pragma: no cover
     from .devices import Device
@@ -26,6 +26,7 @@ __all__ = ["Queries"]
 
 _CMD = wire.COMMAND
 _DESTROYED = State.DESTROYED
+_IDLE = State.IDLE
 _R = TypeVar("_R")
 _ZERO_GID = bytes(16)
 
@@ -46,6 +47,27 @@ class Queries(Life):
 
     def _peer(self) -> Optional[Address]:  # pragma: no cover - CmId's
         raise NotImplementedError
+
+    def _after_refusal(self, call: Any, old: State, err: int, ctx: Optional[Dict[str, Any]]) -> State:
+        """RESOLVE_ADDR from IDLE binds first (the source given, or the wildcard of the
+        destination's family) and a refusal after the bind leaves the id bound: the kernel's
+        error path goes back to ADDR_BOUND, not IDLE (seen on 5.10 and 7.2: an AF_IB
+        destination no port has a GID for, ENODEV, and BIND then answers EINVAL).  The bound
+        source's port tells: one the kernel chose (the source had none), or the one asked for
+        when the refusal was not the port's (EADDRINUSE, EADDRNOTAVAIL).  A failed bind leaves
+        IDLE with the port the source had: 0, or its own."""
+        if call is not Call.RESOLVE_ADDR or old is not _IDLE:
+            return super()._after_refusal(call, old, err, ctx)
+        asked = ctx["src"].port if ctx else 0
+        self._state, self._cache = _IDLE, None
+        try:
+            src = self.query_addr().src
+        except RdmaCmError:  # the channel closed meanwhile, say
+            return _IDLE
+        port = src.port if src is not None else 0
+        if port and (not asked or err not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL)):
+            return State.ADDR_BOUND
+        return _IDLE
 
     def _bound_src(self) -> Optional[Address]:
         try:

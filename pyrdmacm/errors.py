@@ -126,7 +126,8 @@ _COMMAND_HINTS = {
     ("BIND", _errno.ENODEV): "no RDMA port has this source address (check `rdma link` and `pyrdmacm devices`); "
     "an AF_IB source GID must be an InfiniBand port's: RoCE ports take IP sources",
     ("RESOLVE_ADDR", _errno.ENODEV): "the source address has no RDMA device behind it (check `rdma link`); an AF_IB "
-    "source GID must be an InfiniBand port's: RoCE ports take IP sources",
+    "source GID must be an InfiniBand port's (RoCE ports take IP sources), and an AF_IB destination needs a local "
+    "port with a GID of its subnet prefix (see `pyrdmacm devices`)",
     ("RESOLVE_ROUTE", _errno.ENODEV): "the id's netdev has no RDMA device, or is gone (check `pyrdmacm route DST` and "
     "`rdma link`); an AF_IB destination is routed over InfiniBand only: on RoCE the kernel has no netdev for it",
 }

@@ -534,7 +534,7 @@ class Life:
             n = ch._write(data)
         except OSError as e:
             if self._state is new:
-                self._state = AFTER_REFUSAL.get(call, old)
+                self._state = self._after_refusal(call, old, e.errno or 0, ctx)
             raise ch._refused(e, command, {"dst": self._peer()} if ctx is None else ctx) from None
         except BaseException:  # interrupted (a signal's handler raised): nothing was written
             if self._state is new:
@@ -542,6 +542,10 @@ class Life:
             raise
         if n != len(data):
             raise ch._short(n, data, command)
+
+    def _after_refusal(self, call: Call, old: State, err: int, ctx: Optional[Dict[str, Any]]) -> State:
+        """Where the kernel left the id that refused ``call`` from ``old`` with ``err``."""
+        return AFTER_REFUSAL.get(call, old)
 
     def _on_event(self, number: int, count: bool = True) -> E:
         """An event of the kernel's ``number`` for this id, one of the table's plain rows: the id

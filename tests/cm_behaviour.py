@@ -174,6 +174,29 @@ def test_no_route_fails_in_write_and_channel_survives(world: World):
         assert ch.get_event(0.2) is None  # no event for a refused command
         other.resolve_addr(world.local, timeout_ms=1000)
         assert wait(ch).id is other
+        # the kernel bound the id before it looked for a route, and kept the bind: a second
+        # bind is refused before the syscall, a second resolve goes from the bound id
+        assert cm.state is State.ADDR_BOUND and cm.query_addr().src.port != 0
+        with pytest.raises(StateError):
+            cm.bind_addr(world.local)
+        cm.resolve_addr(world.local, timeout_ms=1000)
+        ev = wait(ch)
+        assert ev.id is cm and ev.event is E.ADDR_RESOLVED, ev
+
+
+def test_a_refused_bind_inside_resolve_leaves_the_id_idle(world: World):
+    """RESOLVE_ADDR from IDLE whose own bind fails (a source of no interface here) leaves the
+    id unbound, as a refused BIND does: it binds and resolves afterwards."""
+    with world.channel() as ch:
+        cm = CmId(ch)
+        with pytest.raises(KernelError) as exc:
+            cm.resolve_addr(world.local, src=world.not_local, timeout_ms=1000)
+        assert exc.value.errno == errno.EADDRNOTAVAIL
+        assert cm.state is State.IDLE
+        cm.bind_addr(world.local)
+        cm.resolve_addr(world.local, timeout_ms=1000)
+        ev = wait(ch)
+        assert ev.id is cm and ev.event is E.ADDR_RESOLVED, ev
 
 
 def test_given_source_binds(world: World):

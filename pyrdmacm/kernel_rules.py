@@ -129,6 +129,12 @@ RULES: Tuple[Rule, ...] = (
     Rule(C.RESOLVE_ROUTE, "", _of(S.ADDR_RESOLVED, S.ADDRINFO_RESOLVED), EINVAL,
          "cma.c:rdma_resolve_route (ADDR_RESOLVED or ADDRINFO_RESOLVED -> ROUTE_QUERY)", device=True,
          since=(6, 17)),
+    # timeout_ms 0: 5.10 takes it on a resolved id (a RoCE route needs no query to time);
+    # 6.1, 6.12 and 7.2 refuse it in every state (the lab has no kernel in between)
+    Rule(C.RESOLVE_ROUTE, "timeout 0", _of(S.ADDR_RESOLVED), EINVAL,
+         "cma.c:rdma_resolve_route (no check of timeout_ms)", device=True, before=(6, 1)),
+    Rule(C.RESOLVE_ROUTE, "timeout 0", frozenset(), EINVAL,
+         "cma.c:rdma_resolve_route (timeout_ms 0 refused)", device=True, since=(6, 1)),
     Rule(C.SET_OPTION, "IB_PATH", _of(S.ADDR_RESOLVED), EINVAL,
          "cma.c:rdma_set_ib_path (cma_comp_exch ADDR_RESOLVED -> ROUTE_RESOLVED)", device=True),
     # connections

@@ -1,4 +1,5 @@
-"""Cases: addresses -- RESOLVE_ADDR, RESOLVE_IP, BIND and RESOLVE_ROUTE before there is an address.
+"""Cases: addresses -- RESOLVE_ADDR, RESOLVE_IP, BIND, and RESOLVE_ROUTE before there is an address
+or with no time to take.
 
 The address a command carries is checked against its size and family
 (``rdma_addr_size_kss``) before the id is looked up; the id's state and the families of
@@ -14,11 +15,13 @@ from typing import Callable, Dict, List, Tuple
 
 from .. import kernel_rules
 from .._codec import CODECS
+from ..abi import CmEventType as E
 from ..abi import RdmaCmState as S
 from ..abi import UserCmCmd as C
 from ..addr import AF_IB, parse_address
 from .registry import CaseList, Context
-from .steps import with_id
+from .expect import outcome_text
+from .steps import CaseFd, at_new_port, on_own_fd, with_id
 
 __all__ = ["CASES"]
 
@@ -107,3 +110,15 @@ def _resolve_listen(ctx: Context) -> Tuple[int, str]:
             kernel_rules.expect(C.RESOLVE_ROUTE, S.IDLE, device=False))
 def _route_unbound(ctx: Context) -> int:
     return with_id(ctx, lambda h: ctx.raw.send("RESOLVE_ROUTE", {"id": h, "timeout_ms": 1000}))
+
+
+@CASES.case("resolve_route_timeout_zero", "RESOLVE_ROUTE with timeout_ms = 0 on a resolved id",
+            kernel_rules.expect(C.RESOLVE_ROUTE, S.ADDR_RESOLVED, "timeout 0"), needs_local=True)
+@on_own_fd
+def _route_timeout_zero(fd: CaseFd, ctx: Context) -> int:
+    h = fd.create()
+    err = fd.resolve(h, at_new_port(ctx))
+    if err:
+        raise OSError(err, "RESOLVE_ADDR failed: %s" % outcome_text(err))
+    fd.wait(E.ADDR_RESOLVED)
+    return fd.send("RESOLVE_ROUTE", {"id": h, "timeout_ms": 0})

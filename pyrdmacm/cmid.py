@@ -279,8 +279,9 @@ class CmId(Connections, Queries, Lifecycle):
         """Resolve the route to the destination (RESOLVE_ROUTE): ``rdma_resolve_route``.
 
         ROUTE_RESOLVED or ROUTE_ERROR follows (in sync mode: waited for; ROUTE_ERROR
-        raises EventError).  The kernel refuses ``timeout_ms == 0`` with EINVAL; so do
-        we, before the syscall.
+        raises EventError).  Kernels from 6.1 on refuse ``timeout_ms == 0`` with EINVAL
+        (5.10 takes it); pyrdmacm refuses it on every kernel, before the syscall, so that a
+        program behaves alike on all of them.
         """
         if (timeout_ms.__class__ is not int and (not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool))) \
                 or not 0 < timeout_ms <= 0xFFFFFFFF:

@@ -22,6 +22,9 @@ PORTS = (7481, 7482)
 #: seconds within which an owed event must come (loopback MADs under emulation take ms)
 DUE = 5.0
 MAX_IDS = 8
+#: the connection parameters every CONNECT and ACCEPT carries besides valid and qp_num
+CONN_PARAM = {"conn_param.retry_count": 5, "conn_param.rnr_retry_count": 5, "conn_param.responder_resources": 1,
+              "conn_param.initiator_depth": 1}
 #: the IB CM's states of one end, as far as the model follows them
 CM = ("", "req_sent", "req_rcvd", "rej_coming", "rep_sent", "rep_rcvd", "est", "dreq_sent", "dreq_rcvd", "timewait",
       "ending", "idle", "sidr_sent", "sidr_rcvd", "done")

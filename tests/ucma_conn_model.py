@@ -53,14 +53,12 @@ from pyrdmacm._codec import CODECS
 from pyrdmacm.addr import parse_address
 
 from ucma_conn_crossing import Crossings
-from ucma_conn_ends import (DUE, MAX_IDS, PORTS, Cid, accepted, disconnect_sent, gone, owe,
-                            rejected_by, show, sidr_answered)
+from ucma_conn_datagrams import Datagrams
+from ucma_conn_ends import (CONN_PARAM as _CONN_PARAM, DUE, MAX_IDS, PORTS, Cid, accepted, disconnect_sent, gone,
+                            owe, rejected_by, show)
 from ucma_world import CLOSED_PORT, LOCAL, LOCAL6, Disagreement, _en, match_states, netlink_states, nothing_left
 
 C = abi.UserCmCmd
-#: the connection parameters every CONNECT and ACCEPT carries besides valid and qp_num
-_CONN_PARAM = {"conn_param.retry_count": 5, "conn_param.rnr_retry_count": 5, "conn_param.responder_resources": 1,
-               "conn_param.initiator_depth": 1}
 #: fields the reproducer shows in hex
 _HEX = frozenset({"uid", "conn_param.qp_num"})
 _CONN = CODECS["rdma_ucm_conn_param"]
@@ -89,7 +87,7 @@ def link_local(netdev: str = "eth0") -> Optional[str]:
 WHERE: Dict[str, Any] = {"IPv4": lambda: LOCAL, "IPv6": lambda: LOCAL6, "IPv6 link-local": link_local}
 
 
-class ConnMachine(Crossings, RuleBasedStateMachine):
+class ConnMachine(Crossings, Datagrams, RuleBasedStateMachine):
     """Connections among this process's ids on the lab's own address, checked against the model."""
 
     version: Tuple[int, int] = (0, 0)
@@ -438,73 +436,6 @@ class ConnMachine(Crossings, RuleBasedStateMachine):
         if a.cm == "rep_rcvd":
             self._accept(a, 0)
             self._settle()
-
-    # -- rules: datagram requests (SIDR) ------------------------------------------------------
-
-    def _sidr_connect(self, a: Cid) -> None:
-        """CONNECT of a datagram id: a SIDR REQ to its port's UDP listener, whose answer (the
-        SIDR REP) ends it; with none there, SIDR status 1 (UNSUPPORTED) at once.  Unanswered,
-        its retries run out after about a minute (UNREACHABLE, -ETIMEDOUT)."""
-        err = self._send(a.ch, "CONNECT", {"id": a.handle, "conn_param.valid": 1, **_CONN_PARAM},
-                         note=" (SIDR, to port %d)" % a.port)
-        self._expect("CONNECT (SIDR) from %s to port %d" % (show(a), a.port), err, self._table(a, C.CONNECT))
-        if err:
-            return
-        a.state, a.cm = K.CONNECT, "sidr_sent"
-        a.may["UNREACHABLE"] = frozenset({-ETIMEDOUT})
-        lst = next((c for c in self.ids if c.role == "ud-listener" and c.port == a.port), None)
-        if lst is None:
-            a.cm = "done"
-            owe(a, "UNREACHABLE", frozenset({1}))
-        else:
-            lst.coming[0] = a  # a SIDR REQ carries no QP number: the event's is 0
-            owe(lst, "CONNECT_REQUEST", frozenset({0}))
-
-    def _sidr_answer(self, p: Cid, accept: bool) -> None:
-        """ACCEPT (with a QP number) or REJECT (reason 28) of a datagram request's id: the SIDR
-        REP, taken once (then the IB CM refuses: EINVAL)."""
-        if accept:
-            self.counter += 1
-            qpn, uid = 0x300000 + self.counter, 0x3000 + self.counter
-            err = self._send(p.ch, "ACCEPT", {"id": p.handle, "uid": uid, "conn_param.valid": 1,
-                                              "conn_param.qp_num": qpn, **_CONN_PARAM})
-        else:
-            qpn, uid = 0, 0
-            err = self._send(p.ch, "REJECT", {"id": p.handle, "reason": 28})
-        want = self._table(p, C.ACCEPT if accept else C.REJECT) or (0 if p.cm == "sidr_rcvd" else EINVAL)
-        self._expect("%s on %s" % ("ACCEPT" if accept else "REJECT", show(p)), err, want)
-        if not err and p.cm == "sidr_rcvd":
-            if accept:
-                p.uid = uid
-            sidr_answered(self.ids, p, accept, qpn)
-
-    @precondition(lambda self: len(self.ids) < MAX_IDS - 1)
-    @rule(ch=st.integers(0, 1), other=st.booleans(), port=st.sampled_from(PORTS + (CLOSED_PORT,)),
-          answer=st.sampled_from(["accept", "accept", "reject", "none"]))
-    def sidr(self, ch: int, other: bool, port: int, answer: str) -> None:
-        """A datagram request (UDP's port space, UD ids): a UDP listener on ``port`` if none is
-        there (never on CLOSED_PORT), an active datagram id on channel ``ch``, its SIDR REQ, and
-        the request's id answered as ``answer`` says (or left for ``answer_sidr``)."""
-        self._settle()
-        if port != CLOSED_PORT:
-            self.listen(1 - ch if other else ch, port, 8, ud=True)
-        self.prepare(ch, port, ud=True)
-        a = self.ids[-1]
-        self._sidr_connect(a)
-        self._settle()
-        p = a.peer
-        if p is not None and p in self.ids and answer != "none":
-            self._sidr_answer(p, answer == "accept")
-            self._settle()
-
-    @rule(data=st.data(), accept=st.booleans())
-    def answer_sidr(self, data: st.DataObject, accept: bool) -> None:
-        """Answer a datagram request's id, whatever it is now: not answered yet, answered, its
-        active end gone."""
-        self._settle()
-        ids = self._live("ud-passive")
-        if ids:
-            self._sidr_answer(data.draw(st.sampled_from(ids), label="request's id"), accept)
 
     @precondition(lambda self: len(self.ids) < MAX_IDS - 1)
     @rule(ch=st.integers(0, 1), other=st.booleans(), port=st.sampled_from(PORTS))

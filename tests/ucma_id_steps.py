@@ -130,13 +130,14 @@ class IdSteps(RuleBasedStateMachine):
         return "%s%d" % (prefix, self.counter)
 
     def _raw(self, ch: int, cmd: int, struct_name: Optional[str], fields: Dict[str, Any], out: int = 0,
-             size_in: Optional[int] = None, body: Optional[bytes] = None, code: str = "") -> int:
+             size_in: Optional[int] = None, body: Optional[bytes] = None, code: str = "", row: str = "") -> int:
+        """Write a command; its answer is counted in the figures under its name (and ``row``)."""
         raw = self.chans[ch]
         assert raw is not None
         err = raw.cmd(cmd, struct_name, fields, out=out, size_in=size_in, body=body)
         type(self).stats["commands"] += 1
         name = C(cmd).name if cmd in C._value2member_map_ else "cmd%d" % cmd
-        type(self).stats["errnos"][(name, errno.errorcode.get(err, "ok") if err else "ok")] += 1
+        type(self).stats["errnos"][(name + row, errno.errorcode.get(err, "ok") if err else "ok")] += 1
         shown = code or "ch[%d].cmd(%d, %r, %s, out=%d%s)" % (
             ch, cmd, struct_name, self._fields_src(ch, fields), out, "" if size_in is None else ", size_in=%d" % size_in)
         self.script.append("err = %s  # %s -> %s" % (shown, name, errno.errorcode.get(err, "ok") if err else "ok"))
@@ -328,7 +329,7 @@ class IdSteps(RuleBasedStateMachine):
                 fields["addr_size"] = 28 if sa.size == 16 else 16
             elif bad in ("AF_UNIX", "family 0"):
                 fields["addr"] = _storage(AF_UNIX if bad == "AF_UNIX" else 0)
-            err = self._raw(ch, C.BIND, "rdma_ucm_bind", fields)
+            err = self._raw(ch, C.BIND, "rdma_ucm_bind", fields, row=" (AF_IB)" if a.family == AF_IB else "")
             pre = EINVAL if bad else None  # ucma_bind: reserved, addr_size 0 or not the family's
         if pre is None:
             pre = self._lookup(ch, h) if m is None else None
@@ -375,7 +376,8 @@ class IdSteps(RuleBasedStateMachine):
                 fields["dst_addr"] = _storage(AF_UNIX)
             elif bad == "src_size=1":
                 fields["src_size"] = 1
-            err = self._raw(ch, C.RESOLVE_ADDR, "rdma_ucm_resolve_addr", fields)
+            err = self._raw(ch, C.RESOLVE_ADDR, "rdma_ucm_resolve_addr", fields,
+                            row=" (AF_IB)" if AF_IB in (d.family, s and s.family) else "")
             pre = EINVAL if bad else None  # ucma_resolve_addr: reserved, sizes not the families'
         if pre is None and m is None:
             pre = self._lookup(ch, h)
@@ -516,7 +518,7 @@ class IdSteps(RuleBasedStateMachine):
                 return self.bind(data, "local", None, False)
             if choice == 1:
                 return self.listen(data, 1)
-            return self.resolve_addr(data, "local", None, None, 2000, False)
+            return self.resolve_addr(data, "local" if choice == 2 else "ib-gid", None, None, 2000, False)
         if states == {S.ADDR_BOUND}:
             if m.ud and choice < 2:
                 return self.join(data, 0, "239.1.1.1", False, 4)

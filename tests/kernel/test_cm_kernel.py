@@ -90,12 +90,14 @@ def test_af_ib_on_roce_binds_the_wildcard_resolves_and_has_no_route():
     """AF_IB on a RoCE port (the lab's Soft-RoCE; 5.10 and 7.2 alike): a source GID binds no
     port (ENODEV), the wildcard GID binds, an AF_IB destination resolves to the device, and
     its route has no netdev to go over (ENODEV): AF_IB connections need an InfiniBand port.
-    The refusals say so."""
+    A destination no port has a GID of its prefix for is refused (ENODEV) with the id left
+    bound.  The refusals say so."""
     from pyrdmacm import CmId, EventChannel
     from pyrdmacm.abi import CmEventType as E
     from pyrdmacm.abi import PortSpace
     from pyrdmacm.addr import Address
-    from pyrdmacm.errors import KernelError
+    from pyrdmacm.errors import KernelError, StateError
+    from pyrdmacm.state import State
 
     gid = "::ffff:10.0.2.15"  # rxe0's RoCE v2 GID of 10.0.2.15
     with EventChannel() as ch:
@@ -117,3 +119,13 @@ def test_af_ib_on_roce_binds_the_wildcard_resolves_and_has_no_route():
             assert e.value.errno == errno.ENODEV and "InfiniBand only" in str(e.value)
             any_.destroy()
             cm.destroy()
+            # a destination of a prefix no port has a GID of: ENODEV in the write, after the
+            # kernel bound the id to the wildcard GID, which it keeps
+            far = CmId(ch, ps)
+            with pytest.raises(KernelError) as e:
+                far.resolve_addr(Address.ib("2001:db8::1", port=7471, port_space=ps), timeout_ms=2000)
+            assert e.value.errno == errno.ENODEV and "subnet prefix" in str(e.value)
+            assert far.state is State.ADDR_BOUND and far.query_addr().src.port != 0
+            with pytest.raises(StateError):
+                far.bind_addr(Address.ib("::", port_space=ps))
+            far.destroy()

@@ -26,6 +26,7 @@ fails the same way.
 
 from __future__ import annotations
 
+import collections
 import errno
 import os
 import time
@@ -40,6 +41,7 @@ from pyrdmacm.abi import PortSpace
 from pyrdmacm.errors import KernelError, RdmaCmError, StateError
 from pyrdmacm.state import after_event, kind_of
 
+from lib_groups import MAX_IDS, Groups
 from lib_script import Pick, Tier, _Pinned, close_fabrics, fake_tier, kernel_tier, recorded
 from lib_sides import _READ_BY, READERS, Broken, Side, _fds
 
@@ -48,17 +50,15 @@ __all__ = ["Broken", "LibMachine", "Pick", "Replay", "Tier", "fake_tier", "kerne
 
 #: how long an outcome may take (loopback MADs; the fake's timers)
 DUE = 10.0
-MAX_IDS = 8
-#: the multicast groups members join (a member joins each once)
-GROUPS = ("239.1.1.7", "239.1.1.8")
 
 
 def fresh_stats() -> Dict[str, Any]:
     """A campaign's counters: sequences, calls, events handed by kind, channels by reader."""
-    return {"sequences": 0, "calls": 0, "events": {}, "readers": {how: 0 for how in READERS}}
+    return {"sequences": 0, "calls": 0, "events": {}, "readers": {how: 0 for how in READERS},
+            "refusals": collections.Counter()}
 
 
-class LibMachine(RuleBasedStateMachine):
+class LibMachine(Groups, RuleBasedStateMachine):
     """Connections through pyrdmacm's public API, checked against what its docs promise."""
 
     #: where it runs: the runner (:func:`run`) or the script (:class:`Replay`) sets it
@@ -402,42 +402,41 @@ class LibMachine(RuleBasedStateMachine):
         self.sides[which] = Side(self, which, side.how)
         self._drain(0.5)  # what the closed ids sent the other side (REJ, DREQ)
 
-    @precondition(lambda self: len(self.ids) < MAX_IDS)
-    @rule(data=st.data(), group=st.sampled_from(GROUPS), send_only=st.booleans())
+    @precondition(lambda self: len(self.ids) < MAX_IDS and not self._live("resolved"))
+    @rule()
     @recorded
-    def join(self, data: st.DataObject, group: str, send_only: bool) -> None:
-        """A member of ``group``: a UDP id of the client's (bound to its address), new or one
-        that is a member already of the other group; MULTICAST_JOIN comes for the membership."""
-        members = [c for c in self._live("member") if group not in [str(m.addr.ip) for m in c.memberships]]
-        cm = self._pick(data, members + [None], "member") if members else None
-        if cm is None:
-            cm = CmId(self.sides["client"].ch, PortSpace.UDP)
+    def resolve_refused(self) -> None:
+        """A client id whose RESOLVE_ADDR the kernel refuses after binding it (the tier's
+        refused destination: on the lab's RoCE an AF_IB one no port has a GID of its prefix
+        for, on the fake an address with no route): the id is ADDR_BOUND as the kernel kept
+        it, a second bind is refused before the syscall, and it resolves again from there."""
+        dst, err = type(self).tier.refused
+        cm = CmId(self.sides["client"].ch)
+        self.ids.append(cm)
+        self.roles[id(cm)], self.handed[id(cm)] = "resolved", 0
+        name = self._name(cm)
+        self._step("%s = CmId(client); resolve_addr(%s) refused" % (name, dst))
+        try:
+            cm.resolve_addr(dst, timeout_ms=2000)
+        except KernelError as e:
+            if e.errno != err:
+                self._fail("%s.resolve_addr(%s): %s, the tier refuses it with %s" % (name, dst, e, errno.errorcode[err]))
+            LibMachine.stats["refusals"][("RESOLVE_ADDR", errno.errorcode[err])] += 1
+        else:
+            self._fail("%s.resolve_addr(%s) was taken: the tier refuses it" % (name, dst))
+        if cm.state is not State.ADDR_BOUND:
+            self._fail("%s is %s after the refused resolve: the kernel kept the bind (ADDR_BOUND)" % (name, cm.state))
+        try:
             cm.bind_addr(self.link.client_ip)
-            self.ids.append(cm)
-            self.roles[id(cm)], self.handed[id(cm)] = "member", 0
-            self._step("member%d = CmId(client, UDP); bind_addr()" % self.ids.index(cm))
-        m = cm.join_multicast(group, send_only=send_only)
-        self.members.append(m)
-        self.handed_mc[id(m)] = 0
-        self._step("%s.join_multicast(%s%s)" % (self._name(cm), group, ", send_only" if send_only else ""))
-        ev = self._await(cm, {E.MULTICAST_JOIN, E.MULTICAST_ERROR})
-        if ev.membership is not m:
-            self._fail("%s for %s's join of %s names membership %r" % (ev.event.name, self._name(cm), group,
-                                                                       ev.membership))
-
-    @rule(data=st.data())
-    @recorded
-    def leave(self, data: st.DataObject) -> None:
-        """Leave a membership: ``leave()``'s events_reported equals the events handed for it."""
-        left = [m for m in self.members if m.joined and m.id in self.ids]
-        if not left:
-            return
-        m = self._pick(data, left, "membership")
-        self._drain(0.2)
-        self._step("%s: leave %s" % (self._name(m.id), m.addr.ip))
-        reported = m.leave()
-        self._all_handed(self.handed_mc, m, reported, "leave() of %s's %s" % (self._name(m.id), m.addr.ip),
-                         self._side_of(m.id))
+        except StateError:
+            pass
+        except KernelError as e:
+            self._fail("%s.bind_addr() on the bound id reached the kernel: %s" % (name, e))
+        else:
+            self._fail("%s.bind_addr() on the bound id was taken" % name)
+        self._step("%s.resolve_addr(server) from ADDR_BOUND" % name)
+        cm.resolve_addr(self.link.server_ip, timeout_ms=2000)
+        self._await(cm, {E.ADDR_RESOLVED})
 
     # -- invariants ------------------------------------------------------------------------------
 
@@ -508,6 +507,7 @@ def replay_twice(tier: Tier) -> Tuple[List[str], List[str]]:
     r.handshake(udp=False)
     r.handshake(udp=True)
     r.join(group="239.1.1.8", send_only=True, data=Pick())
+    r.resolve_refused()
     r.disconnect(data=Pick(1))
     if r.m.link.server_ip == r.m.link.client_ip:  # one host: its two channels
         r.migrate(data=Pick(0))
@@ -547,8 +547,6 @@ def run(tier: Tier, seed: int, examples: int, steps: int) -> Optional[str]:
 def main(argv: Optional[List[str]] = None) -> int:
     """A campaign (tools/fuzz --machine library): on this host's rdma_cm, both ends on
     ``--address`` (the lab guest's own by default), or ``--fake`` on the fake fabric."""
-    import collections
-
     import fuzz_runner
 
     p = fuzz_runner.parser("fuzz pyrdmacm's own contract (see tools/fuzz)", 8, 15)
@@ -566,7 +564,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     st_ = LibMachine.stats
     fig = {"machine": "library" + (" on the fake fabric" if a.fake else ""),
            "kernel": "fake" if a.fake else os.uname().release, "seed": seed, "rounds": n, "seconds": took,
-           "sequences": st_["sequences"], "commands": st_["calls"], "errnos": collections.Counter(),
+           "sequences": st_["sequences"], "commands": st_["calls"], "errnos": st_["refusals"],
            "events": st_["events"], "readers": st_["readers"], "disagreements": found}
     return fuzz_runner.finish(fig, a.json)
 

@@ -4,9 +4,10 @@ line, with what it picked (:class:`Pick`), made by :func:`recorded`."""
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
-from typing import Any, Callable, List, Optional, Sequence, TypeVar
+from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar
 
 from lib_sides import Broken
 
@@ -68,12 +69,18 @@ def recorded(fn: _F) -> _F:
 class Tier:
     """Where the machine runs: its links (``make_link`` gives a new :class:`conn_behaviour.Link`),
     the cm_id states RDMA netlink lists for this process (``kernel_ids``; None on the fake),
-    and the expression that makes the same tier in a script (``text``)."""
+    the expression that makes the same tier in a script (``text``), and a destination it
+    refuses (``refused``)."""
 
-    def __init__(self, make_link: Callable[[], Any], kernel_ids: Optional[Callable[[], List[str]]], text: str) -> None:
+    def __init__(self, make_link: Callable[[], Any], kernel_ids: Optional[Callable[[], List[str]]], text: str,
+                 refused: Tuple[Any, int]) -> None:
         self.make_link, self.kernel_ids, self.text = make_link, kernel_ids, text
+        #: a destination whose RESOLVE_ADDR the tier refuses after binding the id, and the errno
+        self.refused = refused
 
 
+#: the fake tier's destination with no route
+_NO_ROUTE = "192.0.2.1"
 #: the fake fabrics the fake tier made (each sequence its own): closed by :func:`close_fabrics`
 _FABRICS: List[Any] = []
 
@@ -86,9 +93,12 @@ def fake_tier() -> Tier:
     def make() -> Any:
         fab = FakeFabric(timewait_ms=50, dreq_latency_ms=5)
         _FABRICS.append(fab)
-        return Link(fab.host("10.9.0.1"), fab.host("10.9.0.2"), "10.9.0.1", "10.9.0.2", 1.0)
+        hosts = fab.host("10.9.0.1"), fab.host("10.9.0.2")
+        for h in hosts:
+            h.net.no_route.add(_NO_ROUTE)
+        return Link(hosts[0], hosts[1], "10.9.0.1", "10.9.0.2", 1.0)
 
-    return Tier(make, None, "fake_tier()")
+    return Tier(make, None, "fake_tier()", (_NO_ROUTE, errno.ENETUNREACH))
 
 
 def close_fabrics() -> None:
@@ -103,5 +113,10 @@ def kernel_tier(address: str = "10.0.2.15") -> Tier:
     from pyrdmacm._device import KernelDevice
     from ucma_world import netlink_states
 
+    from pyrdmacm.addr import Address
+
+    # on the lab's RoCE port: no port has a GID of this prefix (the kernel binds the id to the
+    # wildcard GID first); the lab keeps its default route, so no IP destination lacks one
     return Tier(lambda: Link(KernelDevice, KernelDevice, address, address, 10.0),
-                lambda: netlink_states(os.getpid()), "kernel_tier(%r)" % address)
+                lambda: netlink_states(os.getpid()), "kernel_tier(%r)" % address,
+                (Address.ib("2001:db8::1", port=7999), errno.ENODEV))

@@ -20,6 +20,7 @@ def test_bounded_library_campaign_on_the_fake_fabric():
     assert all(stats["readers"].values()), "a way of reading a channel went untried: %s" % stats["readers"]
     assert stats["events"].get("CONNECT_REQUEST (UD)", 0) and stats["events"].get("MULTICAST_JOIN", 0), \
         "no SIDR request or no multicast join: %s" % stats["events"]
+    assert sum(stats["refusals"].values()), "no resolve was refused (the library's state after it went unchecked)"
 
 
 def _script_of(report: str) -> str:
@@ -76,6 +77,7 @@ def test_a_script_replays_the_sequence_it_was_made_from():
     picked); the script, run on its own, makes the same lines again."""
     code, again = lib_model.replay_twice(lib_model.fake_tier())
     assert code == ["m.open(server='asyncio', client='thread')", "m.handshake(udp=False)", "m.handshake(udp=True)",
-                    "m.join(group='239.1.1.8', send_only=True, data=Pick())", "m.disconnect(data=Pick(1))",
+                    "m.join(group='239.1.1.8', send_only=True, data=Pick())", "m.resolve_refused()",
+                    "m.disconnect(data=Pick(1))",
                     "m.leave(data=Pick(0))", "m.destroy(data=Pick(2))"]
     assert again == code

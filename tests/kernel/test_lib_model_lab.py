@@ -29,6 +29,7 @@ def test_bounded_library_campaign_on_the_kernel():
     assert all(stats["readers"].values()), "a way of reading a channel went untried: %s" % stats["readers"]
     assert stats["events"].get("CONNECT_REQUEST (UD)", 0) and stats["events"].get("MULTICAST_JOIN", 0), \
         "no SIDR request or no multicast join: %s" % stats["events"]
+    assert sum(stats["refusals"].values()), "no resolve was refused (the library's state after it went unchecked)"
 
 
 def test_a_sequence_replays_from_its_script_on_the_kernel():

@@ -409,8 +409,9 @@ class LibMachine(Groups, RuleBasedStateMachine):
         """A client id whose RESOLVE_ADDR the kernel refuses after binding it (the tier's
         refused destination: on the lab's RoCE an AF_IB one no port has a GID of its prefix
         for, on the fake an address with no route): the id is ADDR_BOUND as the kernel kept
-        it, a second bind is refused before the syscall, and it resolves again from there."""
-        dst, err = type(self).tier.refused
+        it, a second bind is refused before the syscall, and it resolves a destination of the
+        bound family from there."""
+        dst, err, again = type(self).tier.refused
         cm = CmId(self.sides["client"].ch)
         self.ids.append(cm)
         self.roles[id(cm)], self.handed[id(cm)] = "resolved", 0
@@ -434,8 +435,8 @@ class LibMachine(Groups, RuleBasedStateMachine):
             self._fail("%s.bind_addr() on the bound id reached the kernel: %s" % (name, e))
         else:
             self._fail("%s.bind_addr() on the bound id was taken" % name)
-        self._step("%s.resolve_addr(server) from ADDR_BOUND" % name)
-        cm.resolve_addr(self.link.server_ip, timeout_ms=2000)
+        self._step("%s.resolve_addr(%s) from ADDR_BOUND" % (name, again))
+        cm.resolve_addr(again, timeout_ms=2000)
         self._await(cm, {E.ADDR_RESOLVED})
 
     # -- invariants ------------------------------------------------------------------------------

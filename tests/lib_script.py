@@ -73,9 +73,10 @@ class Tier:
     refuses (``refused``)."""
 
     def __init__(self, make_link: Callable[[], Any], kernel_ids: Optional[Callable[[], List[str]]], text: str,
-                 refused: Tuple[Any, int]) -> None:
+                 refused: Tuple[Any, int, Any]) -> None:
         self.make_link, self.kernel_ids, self.text = make_link, kernel_ids, text
-        #: a destination whose RESOLVE_ADDR the tier refuses after binding the id, and the errno
+        #: a destination whose RESOLVE_ADDR the tier refuses after binding the id, the errno,
+        #: and a destination of its family that the id so bound resolves then
         self.refused = refused
 
 
@@ -98,7 +99,7 @@ def fake_tier() -> Tier:
             h.net.no_route.add(_NO_ROUTE)
         return Link(hosts[0], hosts[1], "10.9.0.1", "10.9.0.2", 1.0)
 
-    return Tier(make, None, "fake_tier()", (_NO_ROUTE, errno.ENETUNREACH))
+    return Tier(make, None, "fake_tier()", (_NO_ROUTE, errno.ENETUNREACH, "10.9.0.1"))
 
 
 def close_fabrics() -> None:
@@ -116,7 +117,8 @@ def kernel_tier(address: str = "10.0.2.15") -> Tier:
     from pyrdmacm.addr import Address
 
     # on the lab's RoCE port: no port has a GID of this prefix (the kernel binds the id to the
-    # wildcard GID first); the lab keeps its default route, so no IP destination lacks one
+    # wildcard GID first), and the address's own GID resolves; the lab keeps its default
+    # route, so no IP destination lacks one
     return Tier(lambda: Link(KernelDevice, KernelDevice, address, address, 10.0),
                 lambda: netlink_states(os.getpid()), "kernel_tier(%r)" % address,
-                (Address.ib("2001:db8::1", port=7999), errno.ENODEV))
+                (Address.ib("2001:db8::1", port=7999), errno.ENODEV, Address.ib("::ffff:" + address, port=7999)))

@@ -20,7 +20,7 @@ def test_bounded_library_campaign_on_the_kernel():
     release = os.uname().release
     seed = zlib.crc32(b"library " + release.encode())
     lib_model.LibMachine.stats = lib_model.fresh_stats()
-    report = lib_model.run(lib_model.kernel_tier(), seed, examples=8, steps=15)
+    report = lib_model.run(lib_model.kernel_tier(), seed, examples=10, steps=15)
     stats = lib_model.LibMachine.stats
     print("library campaign on %s: seed %d, %s" % (release, seed, stats))
     assert report is None, "seed %d:\n%s" % (seed, report)

@@ -270,7 +270,7 @@ class LibMachine(Groups, RuleBasedStateMachine):
         self.peer[id(req)], self.peer[id(cm)] = cm, req
 
     @precondition(lambda self: len(self.ids) < MAX_IDS - 2)
-    @rule(udp=st.sampled_from([False, False, True]))
+    @rule(udp=st.booleans())
     @recorded
     def handshake(self, udp: bool = False) -> None:
         """A whole connection (a listener first if there is none of its port space): listen,

@@ -48,7 +48,7 @@ class Queries(Life):
     def _peer(self) -> Optional[Address]:  # pragma: no cover - CmId's
         raise NotImplementedError
 
-    def _after_refusal(self, call: Any, old: State, err: int, ctx: Optional[Dict[str, Any]]) -> State:
+    def _after_refusal(self, call: Call, old: State, err: int, ctx: Optional[Dict[str, Any]]) -> State:
         """RESOLVE_ADDR from IDLE binds first (the source given, or the wildcard of the
         destination's family) and a refusal after the bind leaves the id bound: the kernel's
         error path goes back to ADDR_BOUND, not IDLE (seen on 5.10 and 7.2: an AF_IB

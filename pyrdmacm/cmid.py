@@ -219,7 +219,10 @@ class CmId(Connections, Queries, Lifecycle):
         Sends RESOLVE_ADDR (RESOLVE_IP on old kernels).  ADDR_RESOLVED or ADDR_ERROR
         follows on the channel; in sync mode this waits for it and raises
         :class:`EventError` on ADDR_ERROR.  A synchronous refusal (no route:
-        ENETUNREACH, a non-local source: EADDRNOTAVAIL ...) raises :class:`KernelError`.
+        ENETUNREACH, a non-local source: EADDRNOTAVAIL ...) raises :class:`KernelError`, and
+        leaves the id where the kernel left it: an IDLE id is bound first, so a refusal after
+        that bind (no route) leaves it ADDR_BOUND, one of the bind itself (a non-local
+        source) IDLE.
         On an id that is already bound the kernel ignores ``src``; a different ``src``
         is warned about.  ``src`` and ``timeout_ms`` are keyword-only (C's order is
         src, dst: a positional mistake must not resolve the source).

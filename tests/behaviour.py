@@ -1,9 +1,10 @@
 """One base class per tier for the behavioural suites.
 
-``suite(cm_behaviour, aio_behaviour)`` is a class with every ``test_*`` function of those
-modules as a method; a tier's test module subclasses it (``class TestFakeKernel(suite(...))``)
-and provides the ``world`` fixture.  A test added to a suite module is thereby in every tier:
-no list to keep, so none can silently drop out of one.
+``suite(*core())`` is a class with every ``test_*`` function of the core's suite modules
+(:func:`core`) as a method; a tier's test module subclasses it (``class
+TestFakeKernel(suite(*core()))``) and provides the ``world`` fixture.  A test added to a
+suite module is thereby in every tier, and a module added to :func:`core` too: one list, so
+none can silently drop out of one tier.
 """
 
 from __future__ import annotations
@@ -25,3 +26,14 @@ def suite(*modules: ModuleType) -> type:
 
 def suite_tests(*modules: ModuleType) -> set:
     return {n for m in modules for n, fn in vars(m).items() if n.startswith("test_") and callable(fn)}
+
+
+def core() -> tuple:
+    """The core's behavioural suite, by job: ids and addresses, faults and waits, the fd and
+    its threads, asyncio."""
+    import aio_behaviour
+    import cm_behaviour
+    import fault_behaviour
+    import fd_behaviour
+
+    return cm_behaviour, fault_behaviour, fd_behaviour, aio_behaviour

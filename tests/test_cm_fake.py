@@ -1,13 +1,12 @@
-"""The core's behavioural suite (tests/cm_behaviour.py) against the fake kernel."""
+"""The core's behavioural suite (tests/behaviour.py's core(): cm_behaviour.py and its kin) against
+the fake kernel."""
 
 import errno
 import os
 
 import pytest
 
-import aio_behaviour
-import cm_behaviour
-from behaviour import suite, suite_tests
+from behaviour import core, suite, suite_tests
 from cm_behaviour import World
 from pyrdmacm.testing import FakeDevice, FakeKernel, FakeNet
 
@@ -210,12 +209,12 @@ def test_create_ids_is_all_or_nothing():
         assert len(ids) == 3 and len(kernel.ids) == 3 and ch.ids == ids
 
 
-class TestFakeKernel(suite(cm_behaviour, aio_behaviour)):
+class TestFakeKernel(suite(*core())):
     """Every test of the behavioural suites, against the fake kernel."""
 
 
 def test_every_behavioural_test_runs_in_this_tier():
-    assert suite_tests(cm_behaviour, aio_behaviour) <= set(dir(TestFakeKernel)) and len(suite_tests(cm_behaviour)) > 30
+    assert all(suite_tests(m) for m in core()) and suite_tests(*core()) <= set(dir(TestFakeKernel))
 
 
 class _AnswersAnything:

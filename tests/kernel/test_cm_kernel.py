@@ -1,4 +1,5 @@
-"""The core's behavioural suite (tests/cm_behaviour.py) against the real rdma_cm.
+"""The core's behavioural suite (tests/behaviour.py's core(): cm_behaviour.py and its kin) against
+the real rdma_cm.
 
 Runs in the kernel lab's single topology: rxe0 on eth0 10.0.2.15/24, the user
 network's gateway 10.0.2.2 answering ARP, nobody at 10.0.2.200.  For the
@@ -12,9 +13,7 @@ import subprocess
 
 import pytest
 
-import aio_behaviour
-import cm_behaviour
-from behaviour import suite, suite_tests
+from behaviour import core, suite, suite_tests
 from cm_behaviour import World
 from pyrdmacm._device import KernelDevice
 
@@ -78,12 +77,12 @@ def test_abi_version_comes_from_netlink_and_names_the_node(tmp_path):
         _device.KernelDevice(str(node))
 
 
-class TestRealKernel(suite(cm_behaviour, aio_behaviour)):
+class TestRealKernel(suite(*core())):
     """Every test of the behavioural suites, against the real rdma_cm."""
 
 
 def test_every_behavioural_test_runs_in_this_tier():
-    assert suite_tests(cm_behaviour, aio_behaviour) <= set(dir(TestRealKernel)) and len(suite_tests(cm_behaviour)) > 30
+    assert all(suite_tests(m) for m in core()) and suite_tests(*core()) <= set(dir(TestRealKernel))
 
 
 def test_af_ib_on_roce_binds_the_wildcard_resolves_and_has_no_route():

@@ -37,3 +37,12 @@ def core() -> tuple:
     import fd_behaviour
 
     return cm_behaviour, fault_behaviour, fd_behaviour, aio_behaviour
+
+
+def connections() -> tuple:
+    """The connection manager's behavioural suite, by job: the handshakes and their
+    parameters; requests left unanswered and messages that cross."""
+    import conn_behaviour
+    import conn_crossing_behaviour
+
+    return conn_behaviour, conn_crossing_behaviour

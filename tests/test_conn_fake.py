@@ -1,9 +1,9 @@
-"""The connection manager's behavioural suite (tests/conn_behaviour.py) on the two-host fake fabric."""
+"""The connection manager's behavioural suite (tests/behaviour.py's connections():
+conn_behaviour.py and its kin) on the two-host fake fabric."""
 
 import pytest
 
-import conn_behaviour
-from behaviour import suite
+from behaviour import connections, suite
 from conn_behaviour import Link
 from pyrdmacm.testing import FakeFabric
 
@@ -19,7 +19,7 @@ def link():
                    client_ip="10.9.0.2", timewait=1.0)
 
 
-class TestFakeFabric(suite(conn_behaviour)):
+class TestFakeFabric(suite(*connections())):
     pass
 
 

@@ -1,4 +1,5 @@
-"""The connection manager's behavioural suite (tests/conn_behaviour.py) against the real rdma_cm.
+"""The connection manager's behavioural suite (tests/behaviour.py's connections():
+conn_behaviour.py and its kin) against the real rdma_cm.
 
 Both ends on the lab guest's own address (10.0.2.15, rxe0): the passive and the active
 side are two channels of one host, and the IB CM on rxe0 runs both halves of every
@@ -9,8 +10,7 @@ import os
 
 import pytest
 
-import conn_behaviour
-from behaviour import suite, suite_tests
+from behaviour import connections, suite, suite_tests
 from conn_behaviour import Link
 from pyrdmacm._device import KernelDevice
 
@@ -28,9 +28,9 @@ def link():
                 client_ip="10.0.2.15", timewait=10.0, kernel=_kernel_version())
 
 
-class TestRealKernel(suite(conn_behaviour)):
+class TestRealKernel(suite(*connections())):
     pass
 
 
 def test_every_connection_test_runs_in_this_tier():
-    assert suite_tests(conn_behaviour) <= {n for n in dir(TestRealKernel) if n.startswith("test_")}
+    assert suite_tests(*connections()) <= {n for n in dir(TestRealKernel) if n.startswith("test_")}

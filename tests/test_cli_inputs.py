@@ -23,7 +23,7 @@ from pyrdmacm import devices as D
 from pyrdmacm.cli import conn, resolve, route
 from pyrdmacm.precheck import predict
 from test_devices import IB_GID
-from test_precheck_netns import _net, devs  # noqa: F401  (devs: a fixture)
+from precheck_fakes import _net, devs  # noqa: F401  (devs: a fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -137,3 +137,44 @@ def test_replay_init_qp_attr_of_an_ipoib_id_on_roce_is_enodev(legacy):
                    lambda m, d: m.init_qp_attr(d, 2, 144)) as (m, h):
         assert m.script[-1].endswith("-> ENODEV"), m.script[-1]
         assert {w.state for w in h.worlds} == {ucma_world.S.ADDR_RESOLVED}, ucma_world._states(h)
+
+
+def test_replay_route_with_timeout_0_is_a_kernel_difference():
+    """Found by a 4-minute campaign on 5.10 (seed 20261353; a kernel difference, probed on all
+    four): RESOLVE_ROUTE with timeout_ms 0 on a resolved id is taken by 5.10 and refused
+    (EINVAL) from 6.1 on; kernel_rules has it as the form "timeout 0"."""
+    with _replayed(ucma_world.PS.TCP, ucma_world.QP.RC,
+                   lambda m, d: m.resolve_addr(d, "local", None, None, 2000, False),
+                   lambda m, d: m.get_event(d, 336, 1.0, ch=0),
+                   lambda m, d: m.resolve_route(d, 0)) as (m, h):
+        taken = kernel_version() < (6, 1)
+        assert m.script[-1].endswith("-> ok" if taken else "-> EINVAL"), m.script[-1]
+
+
+def test_replay_an_af_ib_destination_without_a_gid_of_its_prefix_leaves_the_id_bound():
+    """AF_IB on the lab's RoCE port (modelled from a probe on 5.10 and 7.2): a destination of
+    a prefix no port has a GID of is refused in the write (ENODEV) after the kernel bound the
+    id to the wildcard GID; a BIND then finds it bound (EINVAL)."""
+    with _replayed(ucma_world.PS.TCP, ucma_world.QP.RC,
+                   lambda m, d: m.resolve_addr(d, "ib-nowhere", None, None, 2000, False),
+                   lambda m, d: m.bind(d, "local", None, False)) as (m, h):
+        assert "ENODEV" in m.script[-2] and m.script[-1].endswith("-> EINVAL"), m.script[-2:]
+        assert {(w.state, w.fam) for w in h.worlds} == {(ucma_world.S.ADDR_BOUND, ucma_world.AF_IB)}
+
+
+def test_replay_migrate_of_an_id_to_the_fd_it_is_on_named_from_another_draw():
+    """Found by the 30-minute campaigns on all four kernels (seed 20261355; a model bug): an
+    id drawn as another channel's, for a MIGRATE_ID written on its own channel naming that
+    channel's fd, is found there and moves nowhere (ok, events_reported as read)."""
+    m = _machine()
+    try:
+        m.open_channel()
+        m.create_id(_Data(1), ucma_world.PS.UDP, ucma_world.QP.UD)
+        h = m.ids[0]
+        assert h.ch == 1
+        m._forced = (0, h.handle, None)  # drawn on channel 0 as a foreign id
+        m.migrate(_Data(1), "self")  # written on channel 1, naming channel 1's fd
+        m.kernel_agrees()
+        assert m.script[-1].endswith("-> ok") and h.ch == 1, m.script[-1]
+    finally:
+        m.teardown()

@@ -16,27 +16,13 @@ from typing import Optional
 import pytest
 
 from pyrdmacm import CmId, EventChannel, PortSpace, State, StateError, UsageError, wire
-from pyrdmacm._codec import CODECS
 from pyrdmacm.abi import CmEventType as E
 from pyrdmacm.abi import RdmaCmState
 from pyrdmacm.events import ConnParam
 from pyrdmacm.testing import IbCmState
 
-TIMEWAIT_MS = 50
-CM_TIMEOUT_MS = 300
-QUIET = 0.15  # how long "nothing arrives" is watched
-
-ACCEPT = wire.COMMAND["ACCEPT"]
-REJECT = wire.COMMAND["REJECT"]
-NOTIFY = wire.COMMAND["NOTIFY"]
-DISCONNECT = wire.COMMAND["DISCONNECT"]
-CONNECT = wire.COMMAND["CONNECT"]
-UD_CODEC = CODECS["rdma_ucm_ud_param"]
-CONN_CODEC = CODECS["rdma_ucm_conn_param"]
-
-
-from fabric_helpers import (CM_TIMEOUT_MS, TIMEWAIT_MS, CONN_CODEC, accept, connected, establish, expect, listener,
-                            nothing, notify, raw_connect, raw_disconnect, refused, reject, routed)
+from fabric_helpers import (CM_TIMEOUT_MS, CONNECT, CONN_CODEC, TIMEWAIT_MS, accept, connected, establish, expect,
+                            listener, nothing, notify, raw_connect, raw_disconnect, refused, reject, routed)
 from fabric_helpers import channels, fabric, hosts  # fixtures
 
 

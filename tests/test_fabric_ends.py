@@ -13,24 +13,10 @@ import time
 
 import pytest
 
-from pyrdmacm import CmId, EventChannel, PortSpace, State, UsageError, wire
-from pyrdmacm._codec import CODECS
+from pyrdmacm import CmId, EventChannel, PortSpace, State, UsageError
 from pyrdmacm.abi import CmEventType as E
 from pyrdmacm.events import UdParam
 from pyrdmacm.testing import FakeFabric, FakeKernel, FakeNet
-
-TIMEWAIT_MS = 50
-CM_TIMEOUT_MS = 300
-QUIET = 0.15  # how long "nothing arrives" is watched
-
-ACCEPT = wire.COMMAND["ACCEPT"]
-REJECT = wire.COMMAND["REJECT"]
-NOTIFY = wire.COMMAND["NOTIFY"]
-DISCONNECT = wire.COMMAND["DISCONNECT"]
-CONNECT = wire.COMMAND["CONNECT"]
-UD_CODEC = CODECS["rdma_ucm_ud_param"]
-CONN_CODEC = CODECS["rdma_ucm_conn_param"]
-
 
 from fabric_helpers import (CM_TIMEOUT_MS, TIMEWAIT_MS, UD_CODEC, accept, connected, establish, expect, listener,
                             nothing, raw_connect, refused, reject, routed)

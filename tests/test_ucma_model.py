@@ -98,7 +98,7 @@ def test_af_ib_as_the_lab_answers_it():
     (err, w), = um.resolve_outcomes(tcp, World(), steps.DSTS["ib-nowhere"], None, [])
     assert err == errno.ENODEV and (w.state, w.fam, w.addr) == (S.ADDR_BOUND, um.AF_IB, "any")
     (err, w), = um.resolve_outcomes(tcp, World(), steps.DSTS["ib-gid"], None, [])
-    assert err == 0 and w.state is S.ADDR_QUERY
+    assert err == 0 and w.state is S.ADDR_QUERY and w.dev  # the device attached in the write
     tcp.worlds = {w}
     done = {x for x in tcp.possible() if x.q}
     assert {(x.state, x.dev, x.loop) for x in done} == {(S.ADDR_RESOLVED, True, True)}

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional,
 
 from . import abi, wire
 from .addr import AF_IB, Address
-from .errors import KernelError, RdmaCmError, StateError
+from .errors import KernelError, StateError
 from .state import Call, Life, State
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -51,23 +51,24 @@ class Queries(Life):
     def _after_refusal(self, call: Call, old: State, err: int, ctx: Optional[Dict[str, Any]]) -> State:
         """RESOLVE_ADDR from IDLE binds first (the source given, or the wildcard of the
         destination's family) and a refusal after the bind leaves the id bound: the kernel's
-        error path goes back to ADDR_BOUND, not IDLE (seen on 5.10 and 7.2: an AF_IB
-        destination no port has a GID for, ENODEV, and BIND then answers EINVAL).  The bound
-        source's port tells: one the kernel chose (the source had none), or the one asked for
-        when the refusal was not the port's (EADDRINUSE, EADDRNOTAVAIL).  A failed bind leaves
-        IDLE with the port the source had: 0, or its own."""
+        error path goes back to ADDR_BOUND, not IDLE (seen on 5.10 and 7.2: no route,
+        ENETUNREACH; an AF_IB destination no port has a GID of its prefix for, ENODEV; BIND
+        then answers EINVAL).  Which step refused is told by the errno, without a syscall
+        (librdmacm makes none there, and pyrdmacm writes what it writes): a wildcard source
+        of port 0 (or none) binds unless the port space has no such address (EPROTONOSUPPORT)
+        or memory ran out; a source with an address or a port may fail its bind in many ways,
+        and after it only the route lookup refuses in the write (ENETUNREACH, EHOSTUNREACH).
+        (On an InfiniBand port, an AF_IB destination without a GID of its prefix after a GID
+        source is ENODEV after the bind: that id is bound and is said IDLE, and a second
+        bind gets the kernel's EINVAL.)"""
         if call is not Call.RESOLVE_ADDR or old is not _IDLE:
             return super()._after_refusal(call, old, err, ctx)
-        asked = ctx["src"].port if ctx else 0
-        self._state, self._cache = _IDLE, None
-        try:
-            src = self.query_addr().src
-        except RdmaCmError:  # the channel closed meanwhile, say
-            return _IDLE
-        port = src.port if src is not None else 0
-        if port and (not asked or err not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL)):
-            return State.ADDR_BOUND
-        return _IDLE
+        src = ctx.get("src") if ctx else None
+        if src is None or (src.is_any and not src.port):
+            bound = err not in (errno.EPROTONOSUPPORT, errno.ENOMEM)
+        else:
+            bound = err in (errno.ENETUNREACH, errno.EHOSTUNREACH)
+        return State.ADDR_BOUND if bound else _IDLE
 
     def _bound_src(self) -> Optional[Address]:
         try:

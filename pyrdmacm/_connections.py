@@ -20,7 +20,8 @@ from .addr import Address
 from .errors import EventError, KernelError, StateError, UsageError
 from .events import Event
 from .records import ConnParam
-from .state import Call, Kind, Life
+from ._life import Life
+from .state import Call, Kind
 
 __all__ = ["Connections"]
 

@@ -1,7 +1,13 @@
-"""An id's birth and death on its channel: CREATE_ID and DESTROY_ID, for the single calls
-and the batches (``EventChannel.create_ids``, ``destroy_ids``) alike.  The registry of the
-channel (uid -> id) changes only here and in the channel; the id's state, as every other
-change of its record, only in :mod:`pyrdmacm.state` (:class:`~pyrdmacm.state.Life`).
+"""An id's life: its record and the moves that change it (:class:`Life`, :func:`ack`), its
+birth and death on its channel (:class:`Lifecycle`: CREATE_ID and DESTROY_ID, for the single
+calls and the batches, ``EventChannel.create_ids`` and ``destroy_ids``, alike).
+
+:mod:`pyrdmacm.state` says what a call or an event does (pure code, the one table);
+:class:`Life` applies it: its methods and :func:`ack` are the only code that assigns an id's
+state, its count of events not acknowledged and its cached query answers.  The one I/O a
+move starts is a call's write, through the channel's writer, between the id's move and its
+undo (:meth:`Life._call`).  The registry of the channel (uid -> id) changes only here and in
+the channel.
 
 An id leaves the registry after its DESTROY_ID returns, and while a reader holds the
 channel's reader guard it stays findable in the channel's grave: an event the reader had
@@ -10,17 +16,19 @@ taken before (the kernel counted it in ``events_reported``) is still handed out.
 
 from __future__ import annotations
 
+import errno
 import threading
 import warnings
-from typing import Any, Dict, List, Optional, Type
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Type, Union
 
 from . import _process, abi, wire
 from ._device import ReplyBuffer
 from ._params import port_space
+from .abi import CmEventType as E
 from .errors import StateError, UsageError
-from .state import Call, Life, Rules, State, rules_for
+from .state import AFTER_REFUSAL, Call, Rules, State, after_event, refusal, rules_for
 
-__all__ = ["Lifecycle", "UnackedEventsWarning", "create_many", "destroy_many", "unacked_warning"]
+__all__ = ["Life", "ack", "Lifecycle", "UnackedEventsWarning", "create_many", "destroy_many", "unacked_warning"]
 
 _CMD = wire.COMMAND
 _CREATE, _DESTROY = _CMD["CREATE_ID"], _CMD["DESTROY_ID"]
@@ -34,6 +42,168 @@ _TCP_RC = rules_for(abi.PortSpace.TCP, abi.QpType.RC)
 _new_object = object.__new__
 
 
+class Life:
+    """An id's record -- its :class:`Rules`, its state, how many of its events are not
+    acknowledged, its cached query answers -- and the moves that change it.
+
+    :class:`~pyrdmacm.cmid.CmId` is a Life; the methods below and :func:`ack` are the only
+    code that assigns these four (h11's rule: one owner writes the state machine).  A call
+    is one transaction (:meth:`_call`): the id moves before its command is written, so that
+    an event another thread reads meanwhile finds the id where the command left it, and back
+    when the kernel refuses the command; an event moves it as the table says
+    (:meth:`_on_event`).  Its birth and death (CREATE_ID, DESTROY_ID, the channel's
+    registry) are :class:`pyrdmacm._life.Lifecycle`'s.
+    """
+
+    __slots__ = ("channel", "uid", "handle", "_rules", "_state", "_unacked", "_cache")
+
+    #: the id's channel (a :class:`~pyrdmacm._channel.Channel`: its write sends the commands)
+    channel: Any
+    #: what the kernel echoes in each event of the id (unique in the process; 0 for a
+    #: connection request's id until ACCEPT gives it one)
+    uid: int
+    #: the kernel's handle of the id
+    handle: int
+
+    _rules: Rules
+    _state: State
+    _unacked: int
+    _cache: Optional[List[Any]]
+
+    if TYPE_CHECKING:  # pragma: no cover - the id's (CmId's)
+        def _peer(self) -> Any: ...
+
+    def _born(self, rules: Rules, state: State = State.IDLE) -> None:
+        """A new id of ``rules``' kind, in ``state`` (IDLE; REQUEST for a connection request's)."""
+        self._rules = rules
+        self._state = state
+        self._unacked = 0
+        self._cache = None
+
+    def _ready(self, call: Call) -> None:
+        """StateError, before any syscall, unless ``call`` may be made now: the id's channel
+        open (and this process's), the call legal in the id's state."""
+        ch = self.channel
+        if ch._live != _process.PID:
+            if ch.closed:
+                raise StateError("%s: the id's event channel is closed (closing it destroyed the id)" % call)
+            ch._check()
+        self._allowed(call)
+
+    def _allowed(self, call: Call) -> None:
+        """StateError if ``call`` is illegal in the id's state (a call that moves nothing)."""
+        if self._state not in self._rules.calls[call]:
+            raise StateError("%s (uid %d)" % (refusal(self._rules.kind, self._state, call), getattr(self, "uid", 0)))
+
+    def _call(self, call: Call, data: bytes, command: str, ctx: Optional[Dict[str, Any]] = None) -> None:
+        """Make ``call``, whose command is ``data``: the one transaction of every call of an id.
+
+        The id moves where the table says before the command is written (StateError, before
+        any syscall, if the call is illegal here or the channel is closed), so that an event
+        another thread reads meanwhile finds the id where the command left it, and its cached
+        answers go.  The channel's write (the fd owner's) sends the command.  If the kernel
+        refuses it, the id moves back -- or where the kernel's own answer to the refusal
+        leaves it (:data:`AFTER_REFUSAL`) -- unless an event moved it meanwhile, and the
+        refusal is raised as the channel words it (``ctx``: the addresses it names, made
+        only then when not given: the peer's, ``dst``)."""
+        ch = self.channel
+        if ch._live != _process.PID:
+            self._ready(call)  # raises, saying why
+        old = self._state
+        new = self._rules.calls[call].get(old)
+        if new is None:
+            raise StateError("%s (uid %d)" % (refusal(self._rules.kind, old, call), getattr(self, "uid", 0)))
+        self._state = new
+        self._cache = None
+        try:
+            n = ch._write(data)
+        except OSError as e:
+            if self._state is new:
+                self._state = self._after_refusal(call, old, e.errno or 0, ctx)
+            raise ch._refused(e, command, {"dst": self._peer()} if ctx is None else ctx) from None
+        except BaseException:  # interrupted (a signal's handler raised): nothing was written
+            if self._state is new:
+                self._state = old
+            raise
+        if n != len(data):
+            raise ch._short(n, data, command)
+
+    def _after_refusal(self, call: Call, old: State, err: int, ctx: Optional[Dict[str, Any]]) -> State:
+        """Where the kernel left the id that refused ``call`` from ``old`` with ``err``: where
+        the table's :data:`~pyrdmacm.state.AFTER_REFUSAL` says, or the state before.  But
+        RESOLVE_ADDR from IDLE binds first (the source given, or the wildcard of the
+        destination's family) and a refusal after the bind leaves the id bound: the kernel's
+        error path goes back to ADDR_BOUND, not IDLE (seen on 5.10 and 7.2: no route,
+        ENETUNREACH; an AF_IB destination no port has a GID of its prefix for, ENODEV; BIND
+        then answers EINVAL).  Which step refused is told by the errno, without a syscall
+        (librdmacm makes none there, and pyrdmacm writes what it writes): a wildcard source
+        of port 0 (or none) binds unless the port space has no such address (EPROTONOSUPPORT)
+        or memory ran out; a source with an address or a port may fail its bind in many ways,
+        and after it only the route lookup refuses in the write (ENETUNREACH, EHOSTUNREACH).
+        (On an InfiniBand port, an AF_IB destination without a GID of its prefix after a GID
+        source is ENODEV after the bind: that id is bound and is said IDLE, and a second
+        bind gets the kernel's EINVAL.)"""
+        if call is not Call.RESOLVE_ADDR or old is not State.IDLE:
+            return AFTER_REFUSAL.get(call, old)
+        src = ctx.get("src") if ctx else None
+        if src is None or (src.is_any and not src.port):
+            bound = err not in (errno.EPROTONOSUPPORT, errno.ENOMEM)
+        else:
+            bound = err in (errno.ENETUNREACH, errno.EHOSTUNREACH)
+        return State.ADDR_BOUND if bound else State.IDLE
+
+
+    def _on_event(self, number: int, count: bool = True) -> E:
+        """An event of the kernel's ``number`` for this id, one of the table's plain rows: the id
+        moves, its answers go, the event counts as not acknowledged (unless not ``count``:
+        read and acknowledged at once).  KeyError (nothing changed) for an event with
+        effects (:data:`EVENTS_WITH_EFFECTS`) or of an unknown number:
+        :meth:`_on_event_with_effects` takes those."""
+        ev, self._state = self._rules.events[number][self._state]
+        self._cache = None
+        if count:
+            self._unacked += 1
+        return ev
+
+    def _on_event_with_effects(self, event: Union[E, int]) -> None:
+        """Any event (a destroyed id stays destroyed): the id moves as :func:`after_event`
+        says, its answers go, the event counts as not acknowledged."""
+        if self._state is not State.DESTROYED:
+            self._state = after_event(self._rules.kind, self._state, event)
+            self._cache = None
+        self._unacked += 1
+
+    def _counted(self) -> None:
+        """An event handed out for this id that moves nothing (a request's, on its new id)."""
+        self._unacked += 1
+
+    def _closed(self) -> None:
+        """Its channel was closed: the kernel destroyed it."""
+        self._state = self._rules.calls[Call.DESTROY].get(self._state, State.DESTROYED)
+
+    def _answers(self) -> List[Any]:
+        """The cached query answers (``[addr info, gids]``), until the id moves; made on first use."""
+        cache = self._cache
+        if cache is None:
+            cache = self._cache = [None, None]
+        return cache
+
+
+def ack(event: Any) -> None:
+    """Acknowledge the event (``rdma_ack_cm_event``; optional: pyrdmacm never blocks on
+    unacked events): its id has one event fewer not acknowledged.  StateError when every
+    event of the id was acknowledged already."""
+    # Event.ack is this function: the count of an id's unacked events changes only here
+    life = event.id
+    try:
+        left = life._unacked - 1
+    except AttributeError:  # an event made by hand may name no id
+        return
+    if left < 0:
+        raise StateError("ack: every event of id uid %d was already acked" % getattr(life, "uid", 0))
+    life._unacked = left
+
+
 class UnackedEventsWarning(ResourceWarning):
     """An id was destroyed with events still unacknowledged (librdmacm would hang here)."""
 
@@ -41,7 +211,7 @@ class UnackedEventsWarning(ResourceWarning):
 class Lifecycle(Life):
     """An id's birth and death on its channel, the one place of each: CREATE_ID (and the
     registry's uid -> id) and DESTROY_ID (the registry, the waits and memberships that go
-    with it).  The record and every move of its state are :class:`~pyrdmacm.state.Life`'s."""
+    with it).  The record and every move of its state are :class:`Life`'s."""
 
     __slots__ = ()
 

@@ -2,7 +2,7 @@
 librdmacm's accessors over them (``rdma_get_local_addr`` ...).
 
 librdmacm queries the kernel after every event; an id here asks on first use of what
-the queries return and caches the answers (:meth:`~pyrdmacm.state.Life._answers`) until
+the queries return and caches the answers (:meth:`~pyrdmacm._life.Life._answers`) until
 the id moves: the same answers, without the cost for callers that never ask.
 :class:`Queries` is the part of :class:`~pyrdmacm.cmid.CmId` that asks.
 """
@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Tuple, TypeVar
 
 from . import abi, wire
 from .addr import AF_IB, Address
 from .errors import KernelError, StateError
-from .state import Call, Life, State
+from ._life import Life
+from .state import State
 
 if TYPE_CHECKING:  # pragma: no cover
     from .devices import Device
@@ -47,28 +48,6 @@ class Queries(Life):
 
     def _peer(self) -> Optional[Address]:  # pragma: no cover - CmId's
         raise NotImplementedError
-
-    def _after_refusal(self, call: Call, old: State, err: int, ctx: Optional[Dict[str, Any]]) -> State:
-        """RESOLVE_ADDR from IDLE binds first (the source given, or the wildcard of the
-        destination's family) and a refusal after the bind leaves the id bound: the kernel's
-        error path goes back to ADDR_BOUND, not IDLE (seen on 5.10 and 7.2: no route,
-        ENETUNREACH; an AF_IB destination no port has a GID of its prefix for, ENODEV; BIND
-        then answers EINVAL).  Which step refused is told by the errno, without a syscall
-        (librdmacm makes none there, and pyrdmacm writes what it writes): a wildcard source
-        of port 0 (or none) binds unless the port space has no such address (EPROTONOSUPPORT)
-        or memory ran out; a source with an address or a port may fail its bind in many ways,
-        and after it only the route lookup refuses in the write (ENETUNREACH, EHOSTUNREACH).
-        (On an InfiniBand port, an AF_IB destination without a GID of its prefix after a GID
-        source is ENODEV after the bind: that id is bound and is said IDLE, and a second
-        bind gets the kernel's EINVAL.)"""
-        if call is not Call.RESOLVE_ADDR or old is not _IDLE:
-            return super()._after_refusal(call, old, err, ctx)
-        src = ctx.get("src") if ctx else None
-        if src is None or (src.is_any and not src.port):
-            bound = err not in (errno.EPROTONOSUPPORT, errno.ENOMEM)
-        else:
-            bound = err in (errno.ENETUNREACH, errno.EHOSTUNREACH)
-        return State.ADDR_BOUND if bound else _IDLE
 
     def _bound_src(self) -> Optional[Address]:
         try:

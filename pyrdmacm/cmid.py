@@ -5,7 +5,7 @@ Theory of operation
 A :class:`CmId` is one kernel id (``rdma_create_id``), registered on its
 :class:`~pyrdmacm.channel.EventChannel` under a uid unique in the process.  Its
 state follows the kernel's, from the calls made and the events read, as the
-table of :mod:`pyrdmacm.state` says (a CmId is a :class:`~pyrdmacm.state.Life`, whose
+table of :mod:`pyrdmacm.state` says (a CmId is a :class:`~pyrdmacm._life.Life`, whose
 methods alone assign its state); an illegal call raises
 :class:`~pyrdmacm.errors.StateError` before any syscall.  Every call goes the
 same way: check the arguments (UsageError), encode the command (:mod:`pyrdmacm.wire`),

@@ -27,7 +27,7 @@ from ._codec import CODECS
 from .errors import errno_name
 from .records import ConnParam
 from .state import FAILURE_EVENTS
-from .state import ack as _ack
+from ._life import ack as _ack
 from .wire import decode_conn, decode_ud
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -274,7 +274,7 @@ class Event(Generic[_Id]):
         return b"" if p is None or isinstance(p, tuple) else p.private_data
 
     #: acknowledge the event (``rdma_ack_cm_event``; optional: pyrdmacm never blocks on
-    #: unacked events): :func:`pyrdmacm.state.ack`, the state module's own
+    #: unacked events): :func:`pyrdmacm._life.ack`, where an id's count of them changes
     ack = _ack
 
     def __enter__(self) -> "Event":

@@ -2,11 +2,10 @@
 
 Theory of operation
 -------------------
-Pure code (h11's shape): the channel and the ids ask this module what a call or an
-event does, and :class:`Life` -- what every id is -- applies the answer: its methods
-(and :func:`ack`) are the only code that assigns an id's state, its count of events not
-acknowledged and its cached query answers.  The one I/O it starts is a call's write,
-through the channel's writer, between the id's move and its undo (:meth:`Life._call`).
+Pure code (h11's shape), no I/O: the channel and the ids ask this module what a call or
+an event does, and :class:`pyrdmacm._life.Life` -- what every id is -- applies the answer:
+its methods (and :func:`pyrdmacm._life.ack`) are the only code that assigns an id's state,
+its count of events not acknowledged and its cached query answers.
 
 An id's :class:`State` is the kernel's ``enum rdma_cm_state`` as seen from
 userspace, with the three steps of a connection the kernel keeps under one
@@ -31,12 +30,10 @@ outcome is complete when its write returns.
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, List, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import Dict, FrozenSet, Iterable, Mapping, NamedTuple, Optional, Tuple, Union
 
-from . import _process
 from .abi import CmEventType as E
 from .abi import PortSpace, QpType
-from .errors import StateError
 
 __all__ = [
     "State",
@@ -56,8 +53,6 @@ __all__ = [
     "Rules",
     "rules_for",
     "AFTER_REFUSAL",
-    "Life",
-    "ack",
 ]
 
 
@@ -455,144 +450,3 @@ def refusal(kind: Kind, state: State, call: Call) -> str:
         if other is not kind and (other, state, call) in TRANSITIONS:
             return "%s is not for a %s id (%s ids take it in state %s)" % (call, kind.value, other.value, state)
     return "%s is not allowed in state %s: it needs %s" % (call, state, _NEEDS[call])
-
-
-class Life:
-    """An id's record -- its :class:`Rules`, its state, how many of its events are not
-    acknowledged, its cached query answers -- and the moves that change it.
-
-    :class:`~pyrdmacm.cmid.CmId` is a Life; the methods below and :func:`ack` are the only
-    code that assigns these four (h11's rule: one owner writes the state machine).  A call
-    is one transaction (:meth:`_call`): the id moves before its command is written, so that
-    an event another thread reads meanwhile finds the id where the command left it, and back
-    when the kernel refuses the command; an event moves it as the table says
-    (:meth:`_on_event`).  Its birth and death (CREATE_ID, DESTROY_ID, the channel's
-    registry) are :class:`pyrdmacm._life.Lifecycle`'s.
-    """
-
-    __slots__ = ("channel", "uid", "handle", "_rules", "_state", "_unacked", "_cache")
-
-    #: the id's channel (a :class:`~pyrdmacm._channel.Channel`: its write sends the commands)
-    channel: Any
-    #: what the kernel echoes in each event of the id (unique in the process; 0 for a
-    #: connection request's id until ACCEPT gives it one)
-    uid: int
-    #: the kernel's handle of the id
-    handle: int
-
-    _rules: Rules
-    _state: State
-    _unacked: int
-    _cache: Optional[List[Any]]
-
-    if TYPE_CHECKING:  # pragma: no cover - the id's (CmId's)
-        def _peer(self) -> Any: ...
-
-    def _born(self, rules: Rules, state: State = S.IDLE) -> None:
-        """A new id of ``rules``' kind, in ``state`` (IDLE; REQUEST for a connection request's)."""
-        self._rules = rules
-        self._state = state
-        self._unacked = 0
-        self._cache = None
-
-    def _ready(self, call: Call) -> None:
-        """StateError, before any syscall, unless ``call`` may be made now: the id's channel
-        open (and this process's), the call legal in the id's state."""
-        ch = self.channel
-        if ch._live != _process.PID:
-            if ch.closed:
-                raise StateError("%s: the id's event channel is closed (closing it destroyed the id)" % call)
-            ch._check()
-        self._allowed(call)
-
-    def _allowed(self, call: Call) -> None:
-        """StateError if ``call`` is illegal in the id's state (a call that moves nothing)."""
-        if self._state not in self._rules.calls[call]:
-            raise StateError("%s (uid %d)" % (refusal(self._rules.kind, self._state, call), getattr(self, "uid", 0)))
-
-    def _call(self, call: Call, data: bytes, command: str, ctx: Optional[Dict[str, Any]] = None) -> None:
-        """Make ``call``, whose command is ``data``: the one transaction of every call of an id.
-
-        The id moves where the table says before the command is written (StateError, before
-        any syscall, if the call is illegal here or the channel is closed), so that an event
-        another thread reads meanwhile finds the id where the command left it, and its cached
-        answers go.  The channel's write (the fd owner's) sends the command.  If the kernel
-        refuses it, the id moves back -- or where the kernel's own answer to the refusal
-        leaves it (:data:`AFTER_REFUSAL`) -- unless an event moved it meanwhile, and the
-        refusal is raised as the channel words it (``ctx``: the addresses it names, made
-        only then when not given: the peer's, ``dst``)."""
-        ch = self.channel
-        if ch._live != _process.PID:
-            self._ready(call)  # raises, saying why
-        old = self._state
-        new = self._rules.calls[call].get(old)
-        if new is None:
-            raise StateError("%s (uid %d)" % (refusal(self._rules.kind, old, call), getattr(self, "uid", 0)))
-        self._state = new
-        self._cache = None
-        try:
-            n = ch._write(data)
-        except OSError as e:
-            if self._state is new:
-                self._state = self._after_refusal(call, old, e.errno or 0, ctx)
-            raise ch._refused(e, command, {"dst": self._peer()} if ctx is None else ctx) from None
-        except BaseException:  # interrupted (a signal's handler raised): nothing was written
-            if self._state is new:
-                self._state = old
-            raise
-        if n != len(data):
-            raise ch._short(n, data, command)
-
-    def _after_refusal(self, call: Call, old: State, err: int, ctx: Optional[Dict[str, Any]]) -> State:
-        """Where the kernel left the id that refused ``call`` from ``old`` with ``err``."""
-        return AFTER_REFUSAL.get(call, old)
-
-    def _on_event(self, number: int, count: bool = True) -> E:
-        """An event of the kernel's ``number`` for this id, one of the table's plain rows: the id
-        moves, its answers go, the event counts as not acknowledged (unless not ``count``:
-        read and acknowledged at once).  KeyError (nothing changed) for an event with
-        effects (:data:`EVENTS_WITH_EFFECTS`) or of an unknown number:
-        :meth:`_on_event_with_effects` takes those."""
-        ev, self._state = self._rules.events[number][self._state]
-        self._cache = None
-        if count:
-            self._unacked += 1
-        return ev
-
-    def _on_event_with_effects(self, event: Union[E, int]) -> None:
-        """Any event (a destroyed id stays destroyed): the id moves as :func:`after_event`
-        says, its answers go, the event counts as not acknowledged."""
-        if self._state is not S.DESTROYED:
-            self._state = after_event(self._rules.kind, self._state, event)
-            self._cache = None
-        self._unacked += 1
-
-    def _counted(self) -> None:
-        """An event handed out for this id that moves nothing (a request's, on its new id)."""
-        self._unacked += 1
-
-    def _closed(self) -> None:
-        """Its channel was closed: the kernel destroyed it."""
-        self._state = self._rules.calls[C.DESTROY].get(self._state, S.DESTROYED)
-
-    def _answers(self) -> List[Any]:
-        """The cached query answers (``[addr info, gids]``), until the id moves; made on first use."""
-        cache = self._cache
-        if cache is None:
-            cache = self._cache = [None, None]
-        return cache
-
-
-def ack(event: Any) -> None:
-    """Acknowledge the event (``rdma_ack_cm_event``; optional: pyrdmacm never blocks on
-    unacked events): its id has one event fewer not acknowledged.  StateError when every
-    event of the id was acknowledged already."""
-    # Event.ack is this function: the count of an id's unacked events changes only here
-    life = event.id
-    try:
-        left = life._unacked - 1
-    except AttributeError:  # an event made by hand may name no id
-        return
-    if left < 0:
-        raise StateError("ack: every event of id uid %d was already acked" % getattr(life, "uid", 0))
-    life._unacked = left

@@ -51,6 +51,8 @@ def print_figures(fig: Dict[str, Any], out: Callable[[str], None] = print) -> No
         out("  events read: %s" % (", ".join("%s %d" % (e, n) for e, n in sorted(fig["events"].items())) or "none"))
     if "addresses" in fig:
         out("  sequences over: %s" % ", ".join("%s %d" % (a, n) for a, n in sorted(fig["addresses"].items())))
+    if fig.get("across"):
+        out("  connection requests across the two hosts: %d" % fig["across"])
     if "readers" in fig:
         out("  channels read by: %s" % ", ".join("%s %d" % (how, n) for how, n in fig["readers"].items()))
     by_cmd: Dict[str, List[str]] = collections.defaultdict(list)

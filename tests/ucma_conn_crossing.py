@@ -58,12 +58,12 @@ class Crossings:
     def connect_then_destroy_listener(self, data: st.DataObject) -> None:
         """A CONNECT to a listener, and the listener destroyed right after (the REQ in flight)."""
         self._settle()
-        listening = {c.port: c for c in self._live("listener")}
-        actives = [c for c in self._live("active") if c.state is K.ROUTE_RESOLVED and c.port in listening]
+        listening = {(c.at, c.port): c for c in self._live("listener")}
+        actives = [c for c in self._live("active") if c.state is K.ROUTE_RESOLVED and (c.to, c.port) in listening]
         if not actives:
             return
         a = data.draw(st.sampled_from(actives), label="active id")
-        lst = listening[a.port]
+        lst = listening[a.to, a.port]
         self._connect(a)
         lst.owed = []  # the CONNECT_REQUEST, if it came, goes with the listener unread
         self._destroy(lst)
@@ -87,12 +87,13 @@ class Crossings:
 
     @rule(data=st.data())
     def migrate(self, data: st.DataObject) -> None:
-        """MIGRATE_ID to the other channel, events on their way or queued unread: they follow it."""
+        """MIGRATE_ID to the other channel of its host (0 and 1, 2 and 3), events on their way
+        or queued unread: they follow it."""
         ids = [c for c in self._live() if not c.coming]
         if not ids:
             return
         c = data.draw(st.sampled_from(ids), label="id")
-        new = 1 - c.ch
+        new = c.ch ^ 1
         raw = self.chans[new]
         raw.reply.clear()
         err = self._send(new, "MIGRATE_ID", {"id": c.handle, "fd": self.chans[c.ch].dev.fileno()},

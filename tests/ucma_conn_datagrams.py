@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from pyrdmacm import abi
-from ucma_conn_ends import CONN_PARAM as _CONN_PARAM, MAX_IDS, PORTS, Cid, owe, show, sidr_answered
+from ucma_conn_ends import CHANNELS, CONN_PARAM as _CONN_PARAM, MAX_IDS, PORTS, Cid, owe, show, sidr_answered
 from ucma_world import CLOSED_PORT
 
 C = abi.UserCmCmd
@@ -39,7 +39,7 @@ class Datagrams:
             return
         a.state, a.cm = K.CONNECT, "sidr_sent"
         a.may["UNREACHABLE"] = frozenset({-ETIMEDOUT})
-        lst = next((c for c in self.ids if c.role == "ud-listener" and c.port == a.port), None)
+        lst = self._listener(a.to, a.port, ud=True)
         if lst is None:
             a.cm = "done"
             owe(a, "UNREACHABLE", frozenset({1}))
@@ -66,16 +66,17 @@ class Datagrams:
             sidr_answered(self.ids, p, accept, qpn)
 
     @precondition(lambda self: len(self.ids) < MAX_IDS - 1)
-    @rule(ch=st.integers(0, 1), other=st.booleans(), port=st.sampled_from(PORTS + (CLOSED_PORT,)),
-          answer=st.sampled_from(["accept", "accept", "reject", "none"]))
-    def sidr(self, ch: int, other: bool, port: int, answer: str) -> None:
-        """A datagram request (UDP's port space, UD ids): a UDP listener on ``port`` if none is
-        there (never on CLOSED_PORT), an active datagram id on channel ``ch``, its SIDR REQ, and
-        the request's id answered as ``answer`` says (or left for ``answer_sidr``)."""
+    @rule(ch=st.integers(0, CHANNELS - 1), lch=st.integers(0, CHANNELS - 1),
+          port=st.sampled_from(PORTS + (CLOSED_PORT,)), answer=st.sampled_from(["accept", "accept", "reject", "none"]))
+    def sidr(self, ch: int, lch: int, port: int, answer: str) -> None:
+        """A datagram request (UDP's port space, UD ids): a UDP listener on ``port`` of channel
+        ``lch``'s host if none is there (never on CLOSED_PORT), an active datagram id on channel
+        ``ch``, its SIDR REQ, and the request's id answered as ``answer`` says (or left for
+        ``answer_sidr``)."""
         self._settle()
         if port != CLOSED_PORT:
-            self.listen(1 - ch if other else ch, port, 8, ud=True)
-        self.prepare(ch, port, ud=True)
+            self.listen(lch, port, 8, ud=True)
+        self.prepare(ch, port, lch, ud=True)
         a = self.ids[-1]
         self._sidr_connect(a)
         self._settle()

@@ -22,6 +22,9 @@ PORTS = (7481, 7482)
 #: seconds within which an owed event must come (loopback MADs under emulation take ms)
 DUE = 5.0
 MAX_IDS = 8
+#: the machine's channels: on one host all four are this one's; across the pair topology's two
+#: guests channels 2 and 3 are the peer's (tests/ucma_remote.py)
+CHANNELS = 4
 #: the connection parameters every CONNECT and ACCEPT carries besides valid and qp_num
 CONN_PARAM = {"conn_param.retry_count": 5, "conn_param.rnr_retry_count": 5, "conn_param.responder_resources": 1,
               "conn_param.initiator_depth": 1}
@@ -42,6 +45,8 @@ class Cid:
     state: K  #: the rdma_cm's state
     cm: str = ""  #: the IB CM's state (:data:`CM`)
     port: int = 0  #: a listener's own port; an active id's destination port (the REQ's service id)
+    at: int = 0  #: the host it lives on (0: this one; 1: the pair topology's peer)
+    to: int = 0  #: an active id's destination host
     qpn: int = 0  #: the QP number it sent (CONNECT's, ACCEPT's)
     peer: Optional["Cid"] = None
     #: events that must come, in order: (event, statuses, due time, QP number the event carries or None)

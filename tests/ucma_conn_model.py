@@ -10,6 +10,14 @@ state, closing a channel with connections on it, and migrating ids with events u
 datagram ids' requests (UDP's port space: a SIDR REQ answered by a SIDR REP that accepts with
 a QP number or rejects, or by none; a listener or either end going first).
 
+Its four channels are this host's, or, across the lab's pair topology (``tools/fuzz
+--topology pair``), channels 0 and 1 are lab-b's and 2 and 3 lab-a's, written there by
+tests/ucma_remote.py's channel server: every listener binds its own host's address, every
+active id resolves the address of the host it draws, so a connection's two ends are on one
+host or on two (the link-local address with the zone of each host's own eth0).  Each host's
+netlink states, kernel log and leftovers are checked on that host; the model does not care
+where an id is, but for the listener a request reaches (its host and port).
+
 The model
 ---------
 Each id's kernel side is kept as its ``rdma_cm_state`` (what RDMA netlink shows, what
@@ -39,7 +47,6 @@ from __future__ import annotations
 
 import collections
 import errno
-import ipaddress
 import os
 import select
 import time
@@ -54,9 +61,10 @@ from pyrdmacm.addr import parse_address
 
 from ucma_conn_crossing import Crossings
 from ucma_conn_datagrams import Datagrams
-from ucma_conn_ends import (CONN_PARAM as _CONN_PARAM, DUE, MAX_IDS, PORTS, Cid, accepted, disconnect_sent, gone,
+from ucma_conn_ends import (CHANNELS, CONN_PARAM as _CONN_PARAM, DUE, MAX_IDS, PORTS, Cid, accepted, disconnect_sent, gone,
                             owe, rejected_by, show)
-from ucma_world import CLOSED_PORT, LOCAL, LOCAL6, Disagreement, _en, match_states, netlink_states, nothing_left
+from ucma_remote import addresses
+from ucma_world import CLOSED_PORT, Disagreement, _en, match_states, netlink_states, nothing_left
 
 C = abi.UserCmCmd
 #: fields the reproducer shows in hex
@@ -67,59 +75,97 @@ EV = abi.CmEventType
 EINVAL = errno.EINVAL
 ETIMEDOUT = errno.ETIMEDOUT
 
-def link_local(netdev: str = "eth0") -> Optional[str]:
-    """``netdev``'s IPv6 link-local address with its zone (``fe80::...%eth0``), as
-    /proc/net/if_inet6 lists it; None when it has none."""
-    try:
-        with open("/proc/net/if_inet6") as f:
-            for line in f:
-                words = line.split()
-                if len(words) == 6 and words[5] == netdev and words[3] == "20":  # scope link
-                    return "%s%%%s" % (ipaddress.IPv6Address(bytes.fromhex(words[0])), netdev)
-    except OSError:
-        pass
-    return None
-
-
-#: the addresses a sequence's connections use, one a sequence (a listener bound to an address
-#: of one family takes no request to the other's: a case the model leaves out): the lab's IPv4
-#: address, its global IPv6 one, its IPv6 link-local one with the zone (``sin6_scope_id``)
-WHERE: Dict[str, Any] = {"IPv4": lambda: LOCAL, "IPv6": lambda: LOCAL6, "IPv6 link-local": link_local}
+#: the address families a sequence's connections use, one a sequence (a listener bound to an
+#: address of one family takes no request to the other's: a case the model leaves out): eth0's
+#: IPv4 address, its global IPv6 one, its IPv6 link-local one with the zone (``sin6_scope_id``:
+#: the interface of the host whose id binds or resolves it)
+WHERE = ("IPv4", "IPv6", "IPv6 link-local")
 
 
 class ConnMachine(Crossings, Datagrams, RuleBasedStateMachine):
-    """Connections among this process's ids on the lab's own address, checked against the model."""
+    """Connections among this process's ids on the lab's own address, or with the peer's
+    across the pair topology's link, checked against the model."""
 
     version: Tuple[int, int] = (0, 0)
+    #: the peer's channel server (tests/ucma_remote.py) when channels 2 and 3 are the peer's
+    far: Optional[Any] = None
+    #: this host's eth0 addresses (tests/ucma_remote.py: addresses), read once
+    here: Dict[str, Any] = {}
     stats: Dict[str, Any] = {"sequences": 0, "commands": 0, "errnos": collections.Counter(),
-                             "events": collections.Counter()}
+                             "events": collections.Counter(), "across": 0}
 
     def __init__(self) -> None:
         super().__init__()
         from pyrdmacm.conformance import KernelLog, Raw
 
         self._Raw = Raw
-        self.chans: List[Any] = [Raw(), Raw()]
+        far = self.far
+        #: each channel's host (0: this one, 1: the peer)
+        self.host_of = [0, 0, 1, 1] if far is not None else [0] * CHANNELS
+        self.chans: List[Any] = [Raw() for h in self.host_of if h == 0]
         self.ids: List[Cid] = []
         self.counter = 0
         self.log = KernelLog()
         self.pid = os.getpid()
         self.baseline = netlink_states(self.pid)
         self.script: List[str] = ["from pyrdmacm.conformance import Raw", "from pyrdmacm.addr import parse_address",
-                                  "import select", "ch = [Raw(), Raw()]"]
-        #: the address every listener binds and every active id resolves (:data:`WHERE`)
-        self.addr = LOCAL
+                                  "import select"]
+        if far is not None:
+            fds = far.request("begin", chs=[2, 3])["fds"]
+            self.chans += [far.channel(ch, fds[str(ch)]) for ch in (2, 3)]
+            self.script += ["from ucma_remote import RemoteKernel  # tests/ucma_remote.py serve runs on %s" % far.host,
+                            "far = RemoteKernel(%r)" % far.where.rpartition(":")[0],
+                            "ch = [Raw(), Raw(), far.channel(2), far.channel(3)]"]
+        else:
+            self.script.append("ch = [%s]" % ", ".join(["Raw()"] * CHANNELS))
+        #: each host's eth0 addresses (tests/ucma_remote.py: addresses)
+        if not ConnMachine.here:
+            ConnMachine.here = addresses()
+        self.hosts = [ConnMachine.here] + ([far.addresses] if far is not None else [])
+        #: the sequence's address family (:data:`WHERE`)
+        self.where = "IPv4"
         ConnMachine.stats["sequences"] += 1
 
-    @initialize(where=st.sampled_from(sorted(WHERE)))
+    @initialize(where=st.sampled_from(WHERE))
     def family(self, where: str) -> None:
-        """The sequence's address (:data:`WHERE`)."""
-        addr = WHERE[where]()
-        if addr is None:
-            self._fail("the lab's eth0 has no IPv6 link-local address")
-        self.addr = addr
+        """The sequence's address family (:data:`WHERE`)."""
+        for h, info in enumerate(self.hosts):
+            if not info[where]:
+                self._fail("host %d's eth0 has no %s address" % (h, where))
+        self.where = where
         ConnMachine.stats.setdefault("addresses", collections.Counter())[where] += 1
-        self.script.append("# every listener binds and every active id resolves %s" % addr)
+        self.script.append("# every listener binds its host's %s address, every active id resolves its "
+                           "listener's host's: %s" % (where, ", ".join(self._addr(h, h) for h in range(len(self.hosts)))))
+
+    def _addr(self, src: int, dst: int) -> str:
+        """Host ``dst``'s address of the sequence's family as host ``src`` names it (a
+        link-local one with the zone of ``src``'s eth0)."""
+        addr = str(self.hosts[dst][self.where])
+        return "%s%%%d" % (addr, self.hosts[src]["ifindex"]) if self.where == "IPv6 link-local" else addr
+
+    def _listener(self, host: int, port: int, ud: bool = False) -> Optional[Cid]:
+        """The listener on ``host``'s ``port`` (a datagram one with ``ud``), if there is one."""
+        role = "ud-listener" if ud else "listener"
+        return next((c for c in self.ids if c.role == role and c.port == port and c.at == host), None)
+
+    def _open(self, ch: int) -> Any:
+        """A new channel ``ch`` on its host."""
+        return self._Raw() if self.host_of[ch] == 0 else self.far.channel(ch)
+
+    def _ready(self, chans: List[int], wait: float) -> List[int]:
+        """Which of ``chans`` have an event queued, waiting up to ``wait`` s (with the peer's
+        and this host's both asked, in turns of 50 ms)."""
+        near = {self.chans[ch].dev.fileno(): ch for ch in chans if self.host_of[ch] == 0}
+        far = [ch for ch in chans if self.host_of[ch] == 1]
+        deadline = time.monotonic() + wait
+        while True:
+            left = max(deadline - time.monotonic(), 0.0)
+            step = min(left, 0.05) if near and far else left
+            ready = [near[fd] for fd in select.select(list(near), [], [], step)[0]] if near else []
+            if far:
+                ready += self.far.poll(far, 0.0 if ready else step)
+            if ready or left <= step:
+                return ready
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -165,7 +211,7 @@ class ConnMachine(Crossings, Datagrams, RuleBasedStateMachine):
         one was read."""
         raw = self.chans[ch]
         if wait:
-            select.select([raw.dev.fileno()], [], [], wait)
+            self._ready([ch], wait)
         raw.reply.clear()
         err = raw.get_event()
         ConnMachine.stats["commands"] += 1
@@ -185,8 +231,8 @@ class ConnMachine(Crossings, Datagrams, RuleBasedStateMachine):
         else:
             owner = next((c for c in self.ids if c.ch == ch and c.handle == handle and c.uid == uid and c.uid), None)
         ConnMachine.stats["events"][name + (" (UD)" if owner is not None and owner.ud else "")] += 1
-        self.script.append("select.select([ch[%d].dev.fileno()], [], [], %s); err = ch[%d].get_event()  "
-                           "# %s id %d status %d qp_num %#x" % (ch, wait or 1.0, ch, name, handle, status, qpn))
+        self.script.append("%s; err = ch[%d].get_event()  # %s id %d status %d qp_num %#x" % (
+            self._wait_line(ch, wait or 1.0), ch, name, handle, status, qpn))
         if name == "CONNECT_REQUEST":
             return self._request(owner, ch, uid, handle, status, qpn)
         if owner is None:
@@ -194,6 +240,12 @@ class ConnMachine(Crossings, Datagrams, RuleBasedStateMachine):
                        "knows" % (ch, name, uid, handle, status))
         self._take(owner, name, status, qpn)
         return True
+
+    def _wait_line(self, ch: int, wait: float) -> str:
+        """The reproducer's wait for an event of channel ``ch``."""
+        if self.host_of[ch]:
+            return "ch[%d].wait(%s)" % (ch, wait)
+        return "select.select([ch[%d].dev.fileno()], [], [], %s)" % (ch, wait)
 
     def _take(self, c: Cid, name: str, status: int, qpn: int) -> None:
         if c.owed and c.owed[0][0] == name and status in c.owed[0][1]:
@@ -224,9 +276,11 @@ class ConnMachine(Crossings, Datagrams, RuleBasedStateMachine):
                        "(coming: %s)" % (status, qpn, lst.name, sorted(hex(q) for q in lst.coming)))
         lst.owed.remove(owed)
         lst.read += 1
+        if active.at != lst.at:
+            ConnMachine.stats["across"] = ConnMachine.stats.get("across", 0) + 1
         ud = lst.ud
         p = Cid(self._next("p"), handle, ch, 0, "ud-passive" if ud else "passive", K.CONNECT,
-                "sidr_rcvd" if ud else "req_rcvd", peer=active)
+                "sidr_rcvd" if ud else "req_rcvd", peer=active, at=lst.at)
         self.script.append("%s = %d  # the request's id" % (p.name, handle))
         if active.peer is None and active.cm == ("sidr_sent" if ud else "req_sent"):
             active.peer = p
@@ -251,10 +305,8 @@ class ConnMachine(Crossings, Datagrams, RuleBasedStateMachine):
                     self._fail("owed events did not come within %.0f s: %s" % (
                         DUE, "; ".join("%s for %s" % (e, c.name) for c, e in late)))
                 continue
-            ready = select.select([self.chans[ch].dev.fileno() for ch in chans], [], [], left)[0]
-            for ch in chans:
-                if self.chans[ch].dev.fileno() in ready:
-                    self._read(ch, 0)
+            for ch in self._ready(chans, left):
+                self._read(ch, 0)
 
     # -- rules: set-up ------------------------------------------------------------------------
 
@@ -268,37 +320,42 @@ class ConnMachine(Crossings, Datagrams, RuleBasedStateMachine):
         self._expect("CREATE_ID", err, 0)
         handle = int(raw.reply_of("CREATE_ID")["id"])
         self.script.append("%s = int(ch[%d].reply_of('CREATE_ID')['id'])" % (name, ch))
-        c = Cid(name, handle, ch, uid, "", K.IDLE)
+        c = Cid(name, handle, ch, uid, "", K.IDLE, at=self.host_of[ch])
         self.ids.append(c)
         return c
 
     @precondition(lambda self: len(self.ids) < MAX_IDS)
-    @rule(ch=st.integers(0, 1), port=st.sampled_from(PORTS), backlog=st.sampled_from([8, 8, 1]))
+    @rule(ch=st.integers(0, CHANNELS - 1), port=st.sampled_from(PORTS), backlog=st.sampled_from([8, 8, 1]))
     def listen(self, ch: int, port: int, backlog: int, ud: bool = False) -> None:
+        """A listener on channel ``ch``, bound to its host's address and ``port`` (unless one is there)."""
         self._settle()
         role = "ud-listener" if ud else "listener"
-        if any(c.role == role and c.port == port for c in self.ids):
+        if self._listener(self.host_of[ch], port, ud) is not None:
             return
         c = self._create(ch, ud)
-        addr = parse_address(self.addr, port)
+        where = self._addr(c.at, c.at)
+        addr = parse_address(where, port)
         err = self._send(ch, "BIND", {"id": c.handle, "addr_size": addr.size, "addr": addr.pack_storage()},
-                         {"addr": "parse_address(%r, %d).pack_storage()" % (self.addr, port)})
-        self._expect("BIND %s port %d" % (self.addr, port), err, 0)
+                         {"addr": "parse_address(%r, %d).pack_storage()" % (where, port)})
+        self._expect("BIND %s port %d" % (where, port), err, 0)
         err = self._send(ch, "LISTEN", {"id": c.handle, "backlog": backlog})
         self._expect("LISTEN", err, 0)
         c.role, c.state, c.port = role, K.LISTEN, port
 
     @precondition(lambda self: len(self.ids) < MAX_IDS)
-    @rule(ch=st.integers(0, 1), port=st.sampled_from(PORTS + PORTS + (CLOSED_PORT,)))
-    def prepare(self, ch: int, port: int, ud: bool = False) -> None:
-        """An active id (with ``ud`` a datagram one): resolved to the sequence's address (the
-        lab's own) and ``port`` (the service its REQ names), its route resolved."""
+    @rule(ch=st.integers(0, CHANNELS - 1), port=st.sampled_from(PORTS + PORTS + (CLOSED_PORT,)),
+          to=st.integers(0, CHANNELS - 1))
+    def prepare(self, ch: int, port: int, to: int, ud: bool = False) -> None:
+        """An active id on channel ``ch`` (with ``ud`` a datagram one): resolved to the address
+        of channel ``to``'s host and ``port`` (the service its REQ names), its route resolved."""
         self._settle()
         c = self._create(ch, ud)
-        dst = parse_address(self.addr, port)
+        c.to = self.host_of[to]
+        where = self._addr(c.at, c.to)
+        dst = parse_address(where, port)
         err = self._send(ch, "RESOLVE_ADDR", {"id": c.handle, "timeout_ms": 2000, "dst_size": dst.size,
                                              "dst_addr": dst.pack_storage()},
-                         {"dst_addr": "parse_address(%r, %d).pack_storage()" % (self.addr, port)})
+                         {"dst_addr": "parse_address(%r, %d).pack_storage()" % (where, port)})
         self._expect("RESOLVE_ADDR", err, 0)
         c.role, c.port = "ud-active" if ud else "active", port
         owe(c, "ADDR_RESOLVED", frozenset({0}))
@@ -323,7 +380,7 @@ class ConnMachine(Crossings, Datagrams, RuleBasedStateMachine):
         if err:
             return
         a.state, a.cm, a.qpn = K.CONNECT, "req_sent", qpn
-        lst = next((c for c in self.ids if c.role == "listener" and c.port == port), None)
+        lst = self._listener(a.to, port)
         if lst is None:
             owe(a, "REJECTED", frozenset({8}))  # no listener on that service id: the IB CM's REJ 8
         else:
@@ -416,15 +473,14 @@ class ConnMachine(Crossings, Datagrams, RuleBasedStateMachine):
             self._disconnect(data.draw(st.sampled_from(ids), label="id"))
 
     @precondition(lambda self: len(self.ids) < MAX_IDS - 2)
-    @rule(ch=st.integers(0, 1), other=st.booleans(), port=st.sampled_from(PORTS))
-    def handshake(self, ch: int, other: bool, port: int) -> None:
-        """A whole connection at once (a listener on ``port`` if none is there, an active id
-        on channel ``ch``, the passive end on the listener's): REQ, REP, RTU; the other rules
-        then take it apart."""
+    @rule(ch=st.integers(0, CHANNELS - 1), lch=st.integers(0, CHANNELS - 1), port=st.sampled_from(PORTS))
+    def handshake(self, ch: int, lch: int, port: int) -> None:
+        """A whole connection at once (a listener on ``port`` of channel ``lch``'s host, on
+        ``lch`` if none is there; an active id on channel ``ch``, the passive end on the
+        listener's): REQ, REP, RTU; the other rules then take it apart."""
         self._settle()
-        if not any(c.role == "listener" and c.port == port for c in self.ids):
-            self.listen(1 - ch if other else ch, port, 8)
-        self.prepare(ch, port)
+        self.listen(lch, port, 8)
+        self.prepare(ch, port, lch)
         a = self.ids[-1]
         self._connect(a)
         self._settle()
@@ -438,17 +494,16 @@ class ConnMachine(Crossings, Datagrams, RuleBasedStateMachine):
             self._settle()
 
     @precondition(lambda self: len(self.ids) < MAX_IDS - 1)
-    @rule(ch=st.integers(0, 1), other=st.booleans(), port=st.sampled_from(PORTS))
-    def request(self, ch: int, other: bool, port: int) -> None:
+    @rule(ch=st.integers(0, CHANNELS - 1), lch=st.integers(0, CHANNELS - 1), port=st.sampled_from(PORTS))
+    def request(self, ch: int, lch: int, port: int) -> None:
         """A connection request left unanswered (a listener on ``port`` if none is there): its
         id in REQ_RCVD for the rules that accept, reject, destroy or migrate it, its active end
         in REQ_SENT.  (Requests come from ``handshake`` answered at once, and a lone
         ``connect`` finds an id resolved and a listener on its port seldom: without this rule
         a campaign of 400 sequences rejected no request.)"""
         self._settle()
-        if not any(c.role == "listener" and c.port == port for c in self.ids):
-            self.listen(1 - ch if other else ch, port, 8)
-        self.prepare(ch, port)
+        self.listen(lch, port, 8)
+        self.prepare(ch, port, lch)
         self._connect(self.ids[-1])
         self._settle()
 
@@ -494,17 +549,17 @@ class ConnMachine(Crossings, Datagrams, RuleBasedStateMachine):
         if ids:
             self._destroy(data.draw(st.sampled_from(ids), label="id"))
 
-    @rule(ch=st.integers(0, 1))
+    @rule(ch=st.integers(0, CHANNELS - 1))
     def close_channel(self, ch: int) -> None:
         """Close a channel with its ids (the kernel destroys them: their peers see it), and open it again."""
         self._settle()
         self.chans[ch].close()
-        self.script.append("ch[%d].close(); ch[%d] = Raw()" % (ch, ch))
+        self.script.append("ch[%d].close(); ch[%d] = %s" % (ch, ch, "far.channel(%d)" % ch if self.host_of[ch] else "Raw()"))
         for c in [c for c in self.ids if c.ch == ch]:
             gone(self.ids, c)
-        self.chans[ch] = self._Raw()
+        self.chans[ch] = self._open(ch)
 
-    @rule(ch=st.integers(0, 1), wait=st.sampled_from([0.0, 0.2, 1.0]))
+    @rule(ch=st.integers(0, CHANNELS - 1), wait=st.sampled_from([0.0, 0.2, 1.0]))
     def read(self, ch: int, wait: float) -> None:
         """Read one event if one comes (a TIMEWAIT_EXIT, the ones owed)."""
         self._read(ch, wait)
@@ -513,32 +568,46 @@ class ConnMachine(Crossings, Datagrams, RuleBasedStateMachine):
 
     @invariant()
     def kernel_agrees(self) -> None:
-        problems = self.log.new_problems()
-        if problems:
-            self._fail("the kernel log has new problem lines:\n  " + "\n  ".join(problems[:10]))
+        for h in range(len(self.hosts)):
+            where = "the peer's" if h else "the"
+            if h:
+                problems = self.far.request("problems")["lines"]
+                got = self.far.request("states")
+                seen, baseline = got["states"], got["baseline"]
+            else:
+                problems, seen, baseline = self.log.new_problems(), netlink_states(self.pid), self.baseline
+            if problems:
+                self._fail("%s kernel log has new problem lines:\n  %s" % (where, "\n  ".join(problems[:10])))
+            left = list((collections.Counter(seen) - collections.Counter(baseline)).elements())
+            options: List[List[Tuple[str, ...]]] = []
+            for c in self.ids:
+                if c.at != h:
+                    continue
+                opts = {(c.state.name,)}
+                if c.disc or "DISCONNECTED" in c.may or any(o[0] == "DISCONNECTED" for o in c.owed):
+                    opts |= {(K.CONNECT.name,), (K.DISCONNECT.name,)}
+                options.append(sorted(opts))
+                for _ in c.coming:  # a request's id exists from the REQ's arrival, before its event is read
+                    options.append([(), (K.CONNECT.name,)])
+            if not match_states(options, left):
+                self._fail("%s RDMA netlink lists the fuzzer's cm_ids in %s; the model has %s" % (
+                    where.capitalize(), sorted(left) or "no state",
+                    "; ".join(show(c) for c in self.ids if c.at == h) or "no id"))
         for i, raw in enumerate(self.chans):
             dead = raw.alive()
             if dead:
                 self._fail("ch[%d]: %s" % (i, dead))
-        seen = netlink_states(self.pid)
-        left = list((collections.Counter(seen) - collections.Counter(self.baseline)).elements())
-        options: List[List[Tuple[str, ...]]] = []
-        for c in self.ids:
-            opts = {(c.state.name,)}
-            if c.disc or "DISCONNECTED" in c.may or any(o[0] == "DISCONNECTED" for o in c.owed):
-                opts |= {(K.CONNECT.name,), (K.DISCONNECT.name,)}
-            options.append(sorted(opts))
-            for _ in c.coming:  # a request's id exists from the REQ's arrival, before its event is read
-                options.append([(), (K.CONNECT.name,)])
-        if not match_states(options, left):
-            self._fail("RDMA netlink lists this process's cm_ids in %s; the model has %s" % (
-                sorted(left) or "no state", "; ".join(show(c) for c in self.ids) or "no id"))
 
     def teardown(self) -> None:
         try:
-            for raw in self.chans:
-                raw.close()
+            for ch, raw in enumerate(self.chans):
+                if self.host_of[ch] == 0:
+                    raw.close()
             self.script.append("for c in ch: c.close()")
+            if self.far is not None:  # the peer's channels closed there, and its own check
+                failure = self.far.request("end", wait=10.0, wait_s=2.0)["failure"]
+                if failure:
+                    self._fail("on the peer: " + failure)
             nothing_left(self.pid, self.baseline, self.log, self._fail, wait_s=2.0)  # timewaits end
         finally:
             self.log.close()
@@ -563,27 +632,65 @@ def run_round(seed: int, examples: int, steps: int) -> Optional[str]:
     return None
 
 
-def campaign(seconds: float, seed: int, examples: int = 10, steps: int = 25, out: Any = print) -> Dict[str, Any]:
-    """Rounds of :func:`run_round` until ``seconds`` have passed: the figures (events read by
-    kind among them), and each disagreement's script."""
-    import fuzz_runner
+def reset_stats() -> None:
+    """The figures from zero: sequences, commands, errnos per command, events by kind, the
+    address families drawn, requests across two hosts."""
+    ConnMachine.stats = {"sequences": 0, "commands": 0, "errnos": collections.Counter(),
+                         "events": collections.Counter(), "addresses": collections.Counter(), "across": 0}
+
+
+class Pinned:
+    """hypothesis' data object in a replay: the first option, or the label's pinned value."""
+
+    def __init__(self, **pinned: Any) -> None:
+        self.pinned = pinned
+
+    def draw(self, strategy: Any, label: Optional[str] = None) -> Any:
+        if label in self.pinned:
+            return self.pinned[label]
+        return strategy.example()
+
+
+def use_peer(host: Optional[str]) -> None:
+    """Channels 2 and 3 on the channel server of ``host`` (tests/ucma_remote.py serve runs
+    there: the pair topology's peer), or on this host (None)."""
+    from ucma_remote import RemoteKernel
     from pyrdmacm.conformance import kernel_version
 
+    if ConnMachine.far is not None:
+        ConnMachine.far.close()
+    ConnMachine.far = None if host is None else RemoteKernel(host)
     ConnMachine.version = kernel_version()
-    ConnMachine.stats = {"sequences": 0, "commands": 0, "errnos": collections.Counter(),
-                         "events": collections.Counter(), "addresses": collections.Counter()}
+    if ConnMachine.far is not None and ConnMachine.far.version != ConnMachine.version:
+        raise SystemExit("the peer runs kernel %s, this host %s: the model takes one kernel's rules" % (
+            ConnMachine.far.release, os.uname().release))
+
+
+def campaign(seconds: float, seed: int, examples: int = 10, steps: int = 25, out: Any = print,
+             peer: Optional[str] = None) -> Dict[str, Any]:
+    """Rounds of :func:`run_round` until ``seconds`` have passed (channels 2 and 3 on
+    ``peer``'s channel server when given): the figures (events read by kind among them), and
+    each disagreement's script."""
+    import fuzz_runner
+
+    use_peer(peer)
+    reset_stats()
     n, found, took = fuzz_runner.rounds(seconds, seed, lambda s: run_round(s, examples, steps), "connections, ", out)
     st_ = ConnMachine.stats
-    return {"machine": "connections", "kernel": os.uname().release, "seed": seed, "rounds": n, "seconds": took,
+    return {"machine": "connections" + (" across two hosts" if peer else ""), "kernel": os.uname().release, "seed": seed, "rounds": n, "seconds": took,
             "sequences": st_["sequences"], "commands": st_["commands"], "errnos": st_["errnos"],
-            "events": st_["events"], "addresses": st_["addresses"], "disagreements": found}
+            "events": st_["events"], "addresses": st_["addresses"], "across": st_["across"], "disagreements": found}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     import fuzz_runner
 
-    a = fuzz_runner.parser("fuzz the running kernel's connections with the model (see tools/fuzz)", 10, 25).parse_args(argv)
-    return fuzz_runner.finish(campaign(a.minutes * 60, fuzz_runner.seed_of(a), a.examples, a.steps), a.json)
+    p = fuzz_runner.parser("fuzz the running kernel's connections with the model (see tools/fuzz)", 10, 25)
+    p.add_argument("--peer", metavar="HOST", help="channels 2 and 3 on HOST's channel server (tests/ucma_remote.py "
+                   "serve: the pair topology's peer)")
+    a = p.parse_args(argv)
+    return fuzz_runner.finish(campaign(a.minutes * 60, fuzz_runner.seed_of(a), a.examples, a.steps,
+                                       peer=a.peer), a.json)
 
 
 if __name__ == "__main__":

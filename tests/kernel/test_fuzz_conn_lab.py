@@ -26,9 +26,8 @@ EXAMPLES, STEPS = 15, 25
 
 
 def _reset_stats():
-    cm.ConnMachine.version = kernel_version()
-    cm.ConnMachine.stats = {"sequences": 0, "commands": 0, "errnos": cm.collections.Counter(),
-                            "events": cm.collections.Counter(), "addresses": cm.collections.Counter()}
+    cm.use_peer(None)
+    cm.reset_stats()
 
 
 def test_bounded_connection_campaign():
@@ -50,18 +49,6 @@ def test_bounded_connection_campaign():
     assert stats["events"]["CONNECT_REQUEST (UD)"] > 0, "no datagram (SIDR) request was made: %s" % stats
 
 
-class _Pick:
-    """hypothesis' data object in a replay: the first option, or the label's pinned value."""
-
-    def __init__(self, **pinned):
-        self.pinned = pinned
-
-    def draw(self, strategy, label=None):
-        if label in self.pinned:
-            return self.pinned[label]
-        return strategy.example()
-
-
 def _machine():
     _reset_stats()
     return cm.ConnMachine()
@@ -71,7 +58,7 @@ def _requested(m, listener_ch, active_ch, port=cm.PORTS[0]):
     """A listener on ``port`` (channel ``listener_ch``), an active id connected to it (channel
     ``active_ch``), the request read: (the active id, the request's id)."""
     m.listen(listener_ch, port, 8)
-    m.prepare(active_ch, port)
+    m.prepare(active_ch, port, listener_ch)
     a = m.ids[-1]
     m._connect(a)
     m._settle()
@@ -83,7 +70,7 @@ def test_replay_a_whole_connection_and_its_teardown_from_the_passive_end():
     DREP: both ends DISCONNECTED once, netlink's states as the model's after each step."""
     m = _machine()
     try:
-        m.handshake(0, True, cm.PORTS[0])
+        m.handshake(0, 1, cm.PORTS[0])
         m.kernel_agrees()
         a = next(c for c in m.ids if c.role == "active")
         p = a.peer
@@ -111,7 +98,7 @@ def test_replay_the_rtu_then_the_passive_end_destroyed_at_once():
         a, p = _requested(m, 0, 0, cm.PORTS[1])
         m._accept(p, 1)
         m._settle()
-        m.establish_then_destroy_passive(_Pick(**{"active id": a}))
+        m.establish_then_destroy_passive(cm.Pinned(**{"active id": a}))
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and a.may and m._read(a.ch, 0.5):
             m.kernel_agrees()

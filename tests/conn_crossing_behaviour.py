@@ -44,6 +44,32 @@ def test_the_active_end_of_an_unanswered_request_cannot_reject_or_accept_it(link
         lst.destroy()
 
 
+def test_an_accepted_request_cannot_be_rejected_or_accepted_again_before_the_rtu(link: Link):
+    """REJECT, or a second ACCEPT, on a request's id whose ACCEPT went out and whose peer has
+    not sent its RTU (the IB CM in REP_SENT) would leave the kernel's REP retrying, and the
+    id's destroy waiting about 68 s (conformance.bugs: rej_in_rep_sent_keeps_the_rep):
+    refused before any write, and the id is destroyed at once (the peer gets REJECTED 28)."""
+    import time as _time
+
+    with link.server() as sc, link.client() as cc:
+        lst, dst = serve(sc, link)
+        c = routed(cc, dst)
+        c.connect()
+        req = wait(sc, E.CONNECT_REQUEST).id
+        req.accept()
+        wait(cc, E.CONNECT_RESPONSE)  # no RTU: the client has no QP and does not establish
+        for call in (req.reject, req.accept):
+            with pytest.raises(StateError, match="CONNECT"):
+                call()
+        assert req.state is State.CONNECT
+        started = _time.monotonic()
+        req.destroy()
+        assert _time.monotonic() - started < 30, "destroy waited for the REP's retries"
+        wait(cc, E.REJECTED, status=28)
+        c.destroy()
+        lst.destroy()
+
+
 def test_closing_the_channel_destroys_a_request_not_answered_yet(link: Link):
     """Found by the library's fuzzer (tests/lib_model.py): a request's id handed out and not
     answered (not registered until ACCEPT) still said REQUEST after its channel was closed,

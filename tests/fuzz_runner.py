@@ -51,6 +51,9 @@ def print_figures(fig: Dict[str, Any], out: Callable[[str], None] = print) -> No
         out("  events read: %s" % (", ".join("%s %d" % (e, n) for e, n in sorted(fig["events"].items())) or "none"))
     if "addresses" in fig:
         out("  sequences over: %s" % ", ".join("%s %d" % (a, n) for a, n in sorted(fig["addresses"].items())))
+    if fig.get("rounds cut by timing"):
+        out("  rounds cut short by timing (a sequence begun before went another way): %d"
+            % fig["rounds cut by timing"])
     if fig.get("across"):
         out("  connection requests across the two hosts: %d" % fig["across"])
     if "readers" in fig:

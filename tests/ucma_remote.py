@@ -26,6 +26,7 @@ import select
 import socket
 import struct
 import sys
+import time
 from typing import Any, Dict, List, Optional
 
 PORT = 7008
@@ -178,10 +179,17 @@ def serve(port: int = PORT, channels: Optional[Channels] = None, server: Optiona
             conn, _ = server.accept()
             with conn, conn.makefile("rwb") as f:
                 for line in f:
+                    started = time.monotonic()
+                    req: Dict[str, Any] = {}
                     try:
-                        reply = {"ok": True, **channels.handle(json.loads(line))}
+                        req = json.loads(line)
+                        reply = {"ok": True, **channels.handle(req)}
                     except Exception as e:  # noqa: BLE001 - every failure is an answer
                         reply = {"ok": False, "error": "%s: %s" % (type(e).__name__, e)}
+                    took = time.monotonic() - started
+                    if took > 1.0 and req.get("op") != "poll":  # a slow command is news: said where it ran
+                        print("ucma_remote: %s took %.1f s: %s" % (req.get("op"), took, json.dumps(req)[:300]),
+                              flush=True)
                     f.write(json.dumps(reply).encode() + b"\n")
                     f.flush()
             channels.end_channels()  # the client went: its channels with it
@@ -197,37 +205,56 @@ class RemoteKernel:
     """The peer's channel server (``serve``), over one TCP connection."""
 
     def __init__(self, host: str, port: int = PORT, wait_up: float = 60.0) -> None:
-        import time
+        self.where, self.address = "%s:%d" % (host, port), (host, port)
+        self._connect(wait_up, 0.0)
 
-        self.where = "%s:%d" % (host, port)
+    def _connect(self, wait_up: float, busy: float) -> None:
+        """Connect (the server up within ``wait_up`` s) and say hello (the server, busy with
+        a client that went, answering within ``busy`` s more)."""
         deadline = time.monotonic() + wait_up
         while True:
             try:
-                self.sock = socket.create_connection((host, port), timeout=5.0)
+                self.sock = socket.create_connection(self.address, timeout=5.0)
                 break
             except OSError as e:
                 if time.monotonic() > deadline:
                     raise RemoteError("no channel server at %s after %.0f s: %s" % (self.where, wait_up, e)) from None
                 time.sleep(0.25)
         self.file = self.sock.makefile("rwb")
-        hello = self.request("hello")
+        self.broken = ""
+        hello = self.request("hello", wait=busy)
         self.pid, self.version = hello["pid"], tuple(hello["version"])
         self.release, self.host, self.addresses = hello["release"], hello["host"], hello["addresses"]
 
     def request(self, op: str, wait: float = 0.0, **fields: Any) -> Dict[str, Any]:
+        """One request and its answer; RemoteError if the server refused it, or did not
+        answer within ``wait`` s and :data:`MARGIN` (then the connection is unusable: every
+        later request says which one broke it)."""
+        if self.broken:
+            raise RemoteError("the connection to the channel server at %s broke earlier: %s" % (self.where, self.broken))
+        what = op + (" %s" % fields["name"] if "name" in fields else "") + (" on ch[%s]" % fields["ch"] if "ch" in fields else "")
         self.sock.settimeout(wait + MARGIN)
         try:
             self.file.write(json.dumps({"op": op, **fields}).encode() + b"\n")
             self.file.flush()
             line = self.file.readline()
         except OSError as e:
-            raise RemoteError("the channel server at %s failed during %r: %s" % (self.where, op, e)) from None
+            self.broken = "%r: %s after %.0f s" % (what, e or type(e).__name__, wait + MARGIN)
+            raise RemoteError("the channel server at %s failed during %s" % (self.where, self.broken)) from None
         if not line:
-            raise RemoteError("the channel server at %s closed the connection during %r" % (self.where, op))
+            self.broken = "%r: the server closed the connection" % what
+            raise RemoteError("the channel server at %s closed the connection during %r" % (self.where, what))
         reply = json.loads(line)
         if not reply.pop("ok"):
             raise RemoteError("the channel server at %s refused %r: %s" % (self.where, op, reply["error"]))
         return reply
+
+    def reconnect(self) -> None:
+        """A new connection after one broke (the server serves one client at a time: it
+        answers once the command it was stuck in returns, the kernel's slowest within about
+        100 s)."""
+        self.close()
+        self._connect(60.0, 150.0)
 
     def channel(self, ch: int, fd: Optional[int] = None) -> "RemoteRaw":
         """The peer's channel ``ch`` (opened anew unless its ``fd`` is given)."""

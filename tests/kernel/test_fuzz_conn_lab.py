@@ -35,7 +35,7 @@ def test_bounded_connection_campaign():
     seed = zlib.crc32(b"connections " + release.encode())
     _reset_stats()
     start = time.monotonic()
-    report = cm.run_round(seed, EXAMPLES, STEPS)
+    report = cm.bounded(seed, EXAMPLES, STEPS)
     stats = cm.ConnMachine.stats
     print("connection fuzz campaign on %s: seed %d, %d sequences (over %s), %d commands, events %s, %.1f s"
           % (release, seed, stats["sequences"], dict(stats["addresses"]), stats["commands"], dict(stats["events"]),
@@ -171,6 +171,38 @@ def test_replay_a_destroy_in_req_sent_rejects_the_request_with_its_rej_4():
         assert m.script[-1].endswith("REJECT -> EINVAL"), m.script[-1]
         m._accept(p, 1)
         assert m.script[-1].endswith("ACCEPT -> EINVAL"), m.script[-1]
+        m.kernel_agrees()
+    finally:
+        m.teardown()
+
+
+def test_replay_a_reject_after_accept_keeps_the_rep_retrying_and_wedges_destroy():
+    """Found by the bounded campaign across the lab's two guests (6.1, seed 1279527030: closing
+    the peer's channel took 67 s), then recorded (conformance.bugs: rej_in_rep_sent_keeps_the_rep):
+    REJECT on a request's id whose REP went out and was not answered by an RTU (the IB CM in
+    REP_SENT) sends the REJ -- the active end gets REJECTED 28 -- but leaves the REP retrying,
+    so the id's DESTROY_ID waits about 68 s. The machine leaves that REJECT out; this replay
+    sends it on purpose, and times the destroy."""
+    from pyrdmacm.conformance import known_bug
+
+    m = _machine()
+    try:
+        a, p = _requested(m, 0, 1)
+        m._accept(p, 1)
+        m._settle()
+        assert a.cm == "rep_rcvd" and p.cm == "rep_sent"
+        err = m._send(p.ch, "REJECT", {"id": p.handle, "reason": 28})
+        assert err == 0
+        cm.rejected_by(m.ids, p, 28)
+        m._settle()  # the active end's REJECTED 28
+        m.kernel_agrees()
+        started = time.monotonic()
+        m._destroy(p)
+        waited = time.monotonic() - started
+        print("DESTROY_ID after REJECT in REP_SENT: %.1f s" % waited)
+        assert known_bug("rej_in_rep_sent_keeps_the_rep", kernel_version()) is not None
+        assert 30 < waited < 300, "DESTROY_ID took %.1f s: the recorded bug says about 68 s: update " \
+                                  "pyrdmacm/conformance/bugs.py if this kernel is without it" % waited
         m.kernel_agrees()
     finally:
         m.teardown()

@@ -23,7 +23,7 @@ import ucma_conn_model as cm  # noqa: E402
 pytestmark = pytest.mark.kernel(topology="pair")
 
 #: the CI budget: sequences x steps (each of the peer's commands is a round trip on the link)
-EXAMPLES, STEPS = 12, 25
+EXAMPLES, STEPS = 20, 25
 
 
 @pytest.fixture
@@ -37,13 +37,14 @@ def far(peer):
         yield cm.ConnMachine.far
     finally:
         cm.use_peer(None)
+        print("the channel server on the peer said:\n" + proc.output()[0])  # its slow commands
 
 
 def test_bounded_connection_campaign_across_two_hosts(far):
     release = os.uname().release
     seed = zlib.crc32(b"connections pair " + release.encode())
     start = time.monotonic()
-    report = cm.run_round(seed, EXAMPLES, STEPS)
+    report = cm.bounded(seed, EXAMPLES, STEPS)
     stats = cm.ConnMachine.stats
     print("connection fuzz campaign across two hosts on %s: seed %d, %d sequences (over %s), %d commands, "
           "%d requests across, events %s, %.1f s" % (release, seed, stats["sequences"], dict(stats["addresses"]),
@@ -52,7 +53,7 @@ def test_bounded_connection_campaign_across_two_hosts(far):
     assert report is None, "seed %d (tools/fuzz --kernel ... --machine connections --topology pair --seed %d):\n%s" % (
         seed, seed, report)
     assert stats["commands"] > EXAMPLES * 3, "the campaign ran almost nothing: %s" % stats
-    assert stats["across"] > 2, "the campaign made almost no connection across the two hosts: %s" % stats
+    assert stats["across"] > 0, "the campaign made no connection across the two hosts: %s" % stats
     assert set(stats["addresses"]) == set(cm.WHERE), "not every address family was drawn: %s" % stats
 
 

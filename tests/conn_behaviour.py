@@ -84,12 +84,17 @@ def routed(ch: EventChannel, dst: str, ps: PortSpace = PortSpace.TCP) -> CmId:
     return cm
 
 
-def handshake(sc: EventChannel, cc: EventChannel, link: Link, **accept: Any) -> tuple:
-    """listen, connect, accept, establish: (listener, server id, client id) CONNECTED both."""
+def requested(sc: EventChannel, cc: EventChannel, link: Link) -> tuple:
+    """listen, connect, the request read: (listener, client id, the request's id)."""
     lst, dst = serve(sc, link)
     c = routed(cc, dst)
     c.connect()
-    req = wait(sc, E.CONNECT_REQUEST).id
+    return lst, c, wait(sc, E.CONNECT_REQUEST).id
+
+
+def handshake(sc: EventChannel, cc: EventChannel, link: Link, **accept: Any) -> tuple:
+    """listen, connect, accept, establish: (listener, server id, client id) CONNECTED both."""
+    lst, c, req = requested(sc, cc, link)
     req.accept(**accept)
     wait(cc, E.CONNECT_RESPONSE)
     c.establish()
@@ -138,10 +143,7 @@ def test_rc_handshake_private_data_both_ways_and_teardown(link: Link):
 
 def test_reject_carries_data_and_the_reason(link: Link):
     with link.server() as sc, link.client() as cc:
-        lst, dst = serve(sc, link)
-        c = routed(cc, dst)
-        c.connect()
-        req = wait(sc, E.CONNECT_REQUEST).id
+        lst, c, req = requested(sc, cc, link)
         with pytest.raises(UsageError, match="28 .* 35"):
             req.reject(b"no", reason=5)  # the kernel takes 28 and 35 only
         with pytest.raises(UsageError, match="at most 148"):
@@ -264,10 +266,7 @@ def test_ud_connect_with_no_listener_is_unreachable_unsupported(link: Link):
 
 def test_notify_forces_established_once(link: Link):
     with link.server() as sc, link.client() as cc:
-        lst, dst = serve(sc, link)
-        c = routed(cc, dst)
-        c.connect()
-        req = wait(sc, E.CONNECT_REQUEST).id
+        lst, c, req = requested(sc, cc, link)
         req.accept()
         assert req.notify() is True
         wait(sc, E.ESTABLISHED)

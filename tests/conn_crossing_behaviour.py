@@ -18,7 +18,21 @@ from pyrdmacm.abi import CmEventType as E
 from pyrdmacm.abi import RejectReason
 from pyrdmacm.errors import StateError
 
-from conn_behaviour import Link, handshake, routed, serve, wait
+from conn_behaviour import Link, handshake, requested, routed, serve, wait
+
+
+def _refused_then_destroyed_at_once(cm: CmId, mad: str) -> None:
+    """``cm``'s REJECT and ACCEPT refused before any write (StateError: the id is in CONNECT),
+    and its destroy not waiting for the retries of its ``mad`` (REQ, REP)."""
+    import time as _time
+
+    for call in (cm.reject, cm.accept):
+        with pytest.raises(StateError, match="CONNECT"):
+            call()
+    assert cm.state is State.CONNECT
+    started = _time.monotonic()
+    cm.destroy()
+    assert _time.monotonic() - started < 30, "destroy waited for the %s's retries" % mad
 
 
 def test_the_active_end_of_an_unanswered_request_cannot_reject_or_accept_it(link: Link):
@@ -26,20 +40,9 @@ def test_the_active_end_of_an_unanswered_request_cannot_reject_or_accept_it(link
     REQ_SENT) would leave the kernel's REQ retrying, and the id's destroy waiting 77-102 s
     (conformance.bugs: rej_in_req_sent_keeps_the_req): refused before any write, and the id
     is destroyed at once (the request's id is then rejected, REJ 4 or dropped)."""
-    import time as _time
-
     with link.server() as sc, link.client() as cc:
-        lst, dst = serve(sc, link)
-        c = routed(cc, dst)
-        c.connect()
-        req = wait(sc, E.CONNECT_REQUEST).id
-        for call in (c.reject, c.accept):
-            with pytest.raises(StateError, match="CONNECT"):
-                call()
-        assert c.state is State.CONNECT
-        started = _time.monotonic()
-        c.destroy()
-        assert _time.monotonic() - started < 30, "destroy waited for the REQ's retries"
+        lst, c, req = requested(sc, cc, link)
+        _refused_then_destroyed_at_once(c, "REQ")
         req.destroy()
         lst.destroy()
 
@@ -49,22 +52,11 @@ def test_an_accepted_request_cannot_be_rejected_or_accepted_again_before_the_rtu
     not sent its RTU (the IB CM in REP_SENT) would leave the kernel's REP retrying, and the
     id's destroy waiting about 68 s (conformance.bugs: rej_in_rep_sent_keeps_the_rep):
     refused before any write, and the id is destroyed at once (the peer gets REJECTED 28)."""
-    import time as _time
-
     with link.server() as sc, link.client() as cc:
-        lst, dst = serve(sc, link)
-        c = routed(cc, dst)
-        c.connect()
-        req = wait(sc, E.CONNECT_REQUEST).id
+        lst, c, req = requested(sc, cc, link)
         req.accept()
         wait(cc, E.CONNECT_RESPONSE)  # no RTU: the client has no QP and does not establish
-        for call in (req.reject, req.accept):
-            with pytest.raises(StateError, match="CONNECT"):
-                call()
-        assert req.state is State.CONNECT
-        started = _time.monotonic()
-        req.destroy()
-        assert _time.monotonic() - started < 30, "destroy waited for the REP's retries"
+        _refused_then_destroyed_at_once(req, "REP")
         wait(cc, E.REJECTED, status=28)
         c.destroy()
         lst.destroy()
@@ -77,10 +69,7 @@ def test_closing_the_channel_destroys_a_request_not_answered_yet(link: Link):
     ids, and its calls say the channel is closed. The active end gets the kernel's REJ."""
     with link.client() as cc:
         sc = link.server()
-        lst, dst = serve(sc, link)
-        c = routed(cc, dst)
-        c.connect()
-        req = wait(sc, E.CONNECT_REQUEST).id
+        lst, c, req = requested(sc, cc, link)
         sc.close()
         assert req.state is State.DESTROYED and lst.state is State.DESTROYED
         for call in (req.accept, req.reject, req.destroy):
@@ -97,10 +86,7 @@ def test_closing_the_channel_a_request_was_migrated_to_destroys_it(link: Link):
     was closed (the old channel's close() would have destroyed it; the new one's did not know
     it).  Its old channel stays open, and does not take it back."""
     with link.client() as cc, link.server() as sc, link.server() as other:
-        lst, dst = serve(sc, link)
-        c = routed(cc, dst)
-        c.connect()
-        req = wait(sc, E.CONNECT_REQUEST).id
+        lst, c, req = requested(sc, cc, link)
         req.migrate(other)
         other.close()
         assert req.state is State.DESTROYED

@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import ucma_conn_model as cm  # noqa: E402
+from ucma_conn_ends import DUE  # noqa: E402
 from pyrdmacm.conformance import kernel_version  # noqa: E402
 
 pytestmark = pytest.mark.kernel
@@ -72,18 +73,7 @@ def test_replay_a_whole_connection_and_its_teardown_from_the_passive_end():
     try:
         m.handshake(0, 1, cm.PORTS[0])
         m.kernel_agrees()
-        a = next(c for c in m.ids if c.role == "active")
-        p = a.peer
-        assert a.cm == p.cm == "est" and a.state is p.state is cm.K.CONNECT
-        m._disconnect(p)
-        m._settle()
-        m.kernel_agrees()
-        assert a.state is cm.K.DISCONNECT and a.cm == "dreq_rcvd"
-        m._disconnect(a)  # the DREP
-        m._settle()
-        m.kernel_agrees()
-        assert p.state is cm.K.DISCONNECT and a.cm == p.cm == "timewait"
-        assert cm.ConnMachine.stats["events"]["DISCONNECTED"] == 2
+        cm.passive_end_disconnects(m, next(c for c in m.ids if c.role == "active"))
     finally:
         m.teardown()
 
@@ -143,7 +133,7 @@ def test_replay_a_rej_before_any_answer_is_dropped_far_and_wedges_destroy_near()
         again = 0
         while True:
             lst.coming[a.qpn] = a
-            lst.owed.append(("CONNECT_REQUEST", frozenset({0}), time.monotonic() + cm.DUE, None))
+            lst.owed.append(("CONNECT_REQUEST", frozenset({0}), time.monotonic() + DUE, None))
             if not m._read(lst.ch, 0.5):
                 break
             again += 1

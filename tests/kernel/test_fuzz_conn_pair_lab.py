@@ -70,16 +70,7 @@ def test_replay_a_connection_from_here_to_the_peer_and_its_teardown_from_the_pee
         a = next(c for c in m.ids if c.role == "active")
         p = a.peer
         assert (a.at, p.at) == (0, 1) and cm.ConnMachine.stats["across"] == 1
-        assert a.cm == p.cm == "est" and a.state is p.state is cm.K.CONNECT
-        m._disconnect(p)
-        m._settle()
-        m.kernel_agrees()
-        assert a.state is cm.K.DISCONNECT and a.cm == "dreq_rcvd"
-        m._disconnect(a)
-        m._settle()
-        m.kernel_agrees()
-        assert p.state is cm.K.DISCONNECT and a.cm == p.cm == "timewait"
-        assert cm.ConnMachine.stats["events"]["DISCONNECTED"] == 2
+        cm.passive_end_disconnects(m, a)
     finally:
         m.teardown()
 

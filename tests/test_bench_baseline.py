@@ -272,7 +272,7 @@ def test_floor_headers_come_from_the_abi():
     working when the library's internals move; while the library still has its own, they agree."""
     sys.path.insert(0, str(ROOT / "tools"))
     try:
-        from bench_codec import floor_kit
+        from bench_direct import floor_kit
     finally:
         sys.path.remove(str(ROOT / "tools"))
     from pyrdmacm import parse_address, wire

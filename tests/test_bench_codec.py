@@ -1,7 +1,8 @@
-"""The host micro-benchmark (tools/bench_codec.py --commands) still runs every way it
-measures, and its echo transport answers what pyrdmacm sends (so a regression guard
-that cannot silently stop measuring)."""
+"""The host micro-benchmark (tools/bench_codec.py --commands, and --direct through
+tools/bench_direct.py) still runs every way it measures, and its echo transport answers what
+pyrdmacm sends (so a regression guard that cannot silently stop measuring)."""
 
+import importlib
 import importlib.util
 import math
 import os
@@ -17,6 +18,12 @@ def bench_codec():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+@pytest.fixture(scope="module")
+def bench_direct(bench_codec):
+    """The direct path's module, as bench_codec imported it (beside it)."""
+    return importlib.import_module("bench_direct")
 
 
 def test_commands_measures_every_way_and_phase(bench_codec):
@@ -44,22 +51,22 @@ def test_echo_transport_answers_what_pyrdmacm_sends(bench_codec):
         assert all(i.state is State.ADDR_RESOLVED for i in ids)
 
 
-def test_direct_runs_the_direct_write_path_and_every_phase(bench_codec, monkeypatch):
+def test_direct_runs_the_direct_write_path_and_every_phase(bench_direct, monkeypatch):
     writes, reads = [], []
-    real = bench_codec.NullDevice.write  # the device's write: the one way every command goes
-    monkeypatch.setattr(bench_codec.NullDevice, "write", lambda self, data: writes.append(data[0]) or real(self, data))
-    real_init = bench_codec.NullDevice.__init__
+    real = bench_direct.NullDevice.write  # the device's write: the one way every command goes
+    monkeypatch.setattr(bench_direct.NullDevice, "write", lambda self, data: writes.append(data[0]) or real(self, data))
+    real_init = bench_direct.NullDevice.__init__
 
     def init(self, *args, **kwargs):  # the reader's write (GET_EVENT under the reader guard), counted too
         real_init(self, *args, **kwargs)
         guarded = self.guarded_write
         self.guarded_write = lambda data: reads.append(data[0]) or guarded(data)
 
-    monkeypatch.setattr(bench_codec.NullDevice, "__init__", init)
-    res = bench_codec.direct(30, runs=1)
+    monkeypatch.setattr(bench_direct.NullDevice, "__init__", init)
+    res = bench_direct.direct(30, runs=1)
     assert set(res) == {"bare", "pyrdmacm"}
     for phases in res.values():
-        assert set(phases) == set(bench_codec.DIRECT_PHASES) | {"total"}
+        assert set(phases) == set(bench_direct.DIRECT_PHASES) | {"total"}
         assert all(v > 0 and math.isfinite(v) for v in phases.values())
     # pyrdmacm wrote every command itself on the fd (the lab's path): per id CREATE_ID (0),
     # RESOLVE_ADDR (21), RESOLVE_ROUTE (4), DESTROY_ID (1) through the device's write, and
@@ -68,7 +75,7 @@ def test_direct_runs_the_direct_write_path_and_every_phase(bench_codec, monkeypa
     assert set(reads) == {12} and len(reads) == 30 * 2
 
 
-def test_direct_connections_times_every_step_and_writes_what_the_floor_writes(bench_codec, monkeypatch):
+def test_direct_connections_times_every_step_and_writes_what_the_floor_writes(bench_direct, monkeypatch):
     """--direct-connections: every step timed for both, and pyrdmacm and the hand-written floor
     write the same commands in the same order (what the table compares)."""
     from pyrdmacm import parse_address
@@ -81,20 +88,20 @@ def test_direct_connections_times_every_step_and_writes_what_the_floor_writes(be
     from pyrdmacm import _device
 
     capture = lambda fd, data: (len(data) > 8 and into.append(data)) or real(fd, data)  # noqa: E731
-    monkeypatch.setattr(bench_codec.os, "write", capture)
+    monkeypatch.setattr(bench_direct.os, "write", capture)
     monkeypatch.setattr(_device, "_os_write", capture)
     dst = parse_address("10.0.0.2:7099")
-    for name, fn in (("bare", bench_codec.direct_connections_bare), ("pyrdmacm", bench_codec.direct_connections_pyrdmacm)):
+    for name, fn in (("bare", bench_direct.direct_connections_bare), ("pyrdmacm", bench_direct.direct_connections_pyrdmacm)):
         into.clear()
         t = fn(3, dst)
-        assert len(t) == len(bench_codec.CONN_PHASES) + 1 and t == sorted(t)
+        assert len(t) == len(bench_direct.CONN_PHASES) + 1 and t == sorted(t)
         writes[name] = [data[0] for data in into]
     # CREATE_ID, RESOLVE_ADDR, GET_EVENT, RESOLVE_ROUTE, GET_EVENT, CONNECT, GET_EVENT, ACCEPT,
     # DISCONNECT, then GET_EVENT and DISCONNECT (the answer to DISCONNECTED) per id, DESTROY_ID
     assert writes["pyrdmacm"] == writes["bare"], writes
     assert writes["bare"] == ([c for c in (0, 21, 12, 4, 12, 6, 12, 8, 10) for _ in range(3)]
                               + [12, 10] * 3 + [1] * 3)
-    res = bench_codec.direct(20, runs=1, connections=True)
+    res = bench_direct.direct(20, runs=1, connections=True)
     for phases in res.values():
-        assert set(phases) == set(bench_codec.CONN_PHASES) | {"total"}
+        assert set(phases) == set(bench_direct.CONN_PHASES) | {"total"}
         assert all(v > 0 and math.isfinite(v) for v in phases.values())

@@ -169,7 +169,7 @@ def test_device_removal_ends_the_run_without_leaving(capsys, kernels):
 
 
 @pytest.mark.parametrize("sig,why", [(signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM")])
-def test_a_signal_after_the_join_leaves_and_exits_0(capsys, kernels, sig, why):
+def test_a_signal_after_the_join_leaves_and_exits_0(capsys, kernels, sig, why, sigint_raises):
     def change_then_signal(k, mc):
         k.inject_event(mc.handle, E.ADDR_CHANGE)
         time.sleep(0.2)
@@ -203,7 +203,7 @@ def no_join_event(monkeypatch):
     monkeypatch.setattr(fake_multicast.MulticastCommands, "_push", push)
 
 
-def test_a_signal_before_the_join_completed_exits_130(capsys, kernels, monkeypatch):
+def test_a_signal_before_the_join_completed_exits_130(capsys, kernels, monkeypatch, sigint_raises):
     """The join waits for MULTICAST_JOIN, and SIGINT comes during the wait."""
     no_join_event(monkeypatch)
     threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()

@@ -239,7 +239,7 @@ def test_ping_unreachable_destination_fails_in_step_addr(capsys, hosts, cli_on_b
     assert (r["step"], r["event"], r["status"], r["name"]) == ("addr", "ADDR_ERROR", -110, "ETIMEDOUT")
 
 
-def test_ping_sigint_prints_the_summary_and_exits_130(capsys, server, cli_on_b):
+def test_ping_sigint_prints_the_summary_and_exits_130(capsys, server, cli_on_b, sigint_raises):
     server(answer="ignore")
     threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
     started = time.monotonic()
@@ -398,7 +398,7 @@ def test_listen_count_2_ends_after_both(capsys, hosts, cli_on_b):
     assert code == 0 and events.count("TIMEWAIT_EXIT") == 2 and events[-1] == "STOPPED"
 
 
-def test_listen_sigint_stops_cleanly_and_destroys_the_ids(capsys, hosts, cli_on_b):
+def test_listen_sigint_stops_cleanly_and_destroys_the_ids(capsys, hosts, cli_on_b, sigint_raises):
     client = Client(hosts[0], hold=0, disconnect=False)  # waits connected: listen's exit disconnects it
 
     def interrupt():

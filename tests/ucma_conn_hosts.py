@@ -97,7 +97,7 @@ class Hosts:
             step = min(left, 0.05) if near and far else left
             ready = [near[fd] for fd in select.select(list(near), [], [], step)[0]] if near else []
             if far:
-                ready += self.far.poll(far, 0.0 if ready else step)
+                ready += self._on_peer("waiting for an event", self.far.poll, far, 0.0 if ready else step)
             if ready or left <= step:
                 return ready
 
@@ -112,8 +112,8 @@ class Hosts:
         for h in range(len(self.hosts)):
             where = "the peer's" if h else "the"
             if h:
-                problems = self.far.request("problems")["lines"]
-                got = self.far.request("states")
+                problems = self._on_peer("its kernel log", self.far.request, "problems")["lines"]
+                got = self._on_peer("its netlink states", self.far.request, "states")
                 seen, baseline = got["states"], got["baseline"]
             else:
                 problems, seen, baseline = self.log.new_problems(), netlink_states(self.pid), self.baseline
@@ -135,7 +135,7 @@ class Hosts:
                     where.capitalize(), sorted(left) or "no state",
                     "; ".join(show(c) for c in self.ids if c.at == h) or "no id"))
         for i, raw in enumerate(self.chans):
-            dead = raw.alive()
+            dead = raw.alive() if self.host_of[i] == 0 else self._on_peer("ch[%d]'s check" % i, raw.alive)
             if dead:
                 self._fail("ch[%d]: %s" % (i, dead))
 

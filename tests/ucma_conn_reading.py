@@ -30,12 +30,14 @@ class Reading:
     script: List[str]
     host_of: List[int]
 
-    if TYPE_CHECKING:  # pragma: no cover - the machine's, and Hosts' (_ready)
+    if TYPE_CHECKING:  # pragma: no cover - the machine's, and Hosts' (_ready, _on_peer)
         def _fail(self, what: str) -> None: ...
 
         def _next(self, prefix: str) -> str: ...
 
         def _ready(self, chans: List[int], wait: float) -> List[int]: ...
+
+        def _on_peer(self, what: str, call: Any, *args: Any) -> Any: ...
 
     def _read(self, ch: int, wait: float) -> bool:
         """Read one event of channel ``ch`` (waiting up to ``wait`` s) and check it: whether
@@ -44,7 +46,7 @@ class Reading:
         if wait:
             self._ready([ch], wait)
         raw.reply.clear()
-        err = raw.get_event()
+        err = raw.get_event() if self.host_of[ch] == 0 else self._on_peer("GET_EVENT", raw.get_event)
         self.stats["commands"] += 1
         if err == errno.EAGAIN:
             return False

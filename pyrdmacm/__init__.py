@@ -30,14 +30,14 @@ _EXPORTS: Dict[str, Tuple[str, ...]] = {
             "RejectReason", "SidrStatus"),
     "addr": ("Address", "parse_address"),
     "addrinfo": ("RaiFlag", "RdmaAddrInfo", "getaddrinfo"),
-    "channel": ("EventChannel", "UnackedEventsWarning"),
-    "cmid": ("CmId", "SourceIgnoredWarning"),
-    "membership": ("Membership",),
-    "_params": ("allocate_qp_num",),
-    "_router": ("Waiter",),
+    "core.event_channel": ("EventChannel", "UnackedEventsWarning"),
+    "core.cmid": ("CmId", "SourceIgnoredWarning"),
+    "core.membership": ("Membership",),
+    "core.params": ("allocate_qp_num",),
+    "core.router": ("Waiter",),
     "errors": ("DecodeError", "DeviceNodeError", "EventError", "KernelError", "PrecheckError", "RdmaCmError",
                "StateError", "UsageError"),
-    "events": ("Event",),
+    "core.events": ("Event",),
     "records": ("AddrInfo", "AhAttr", "ConnParam", "DeviceRef", "PathRecord", "QpAttr", "ServiceRecord", "UdParam"),
     "state": ("Call", "Kind", "State"),
 }
@@ -61,11 +61,11 @@ if TYPE_CHECKING:  # what type checkers see ("X as X": an explicit re-export, wh
     )
     from .addr import Address as Address, parse_address as parse_address
     from .addrinfo import RaiFlag as RaiFlag, RdmaAddrInfo as RdmaAddrInfo, getaddrinfo as getaddrinfo
-    from .channel import EventChannel as EventChannel, UnackedEventsWarning as UnackedEventsWarning
-    from ._params import allocate_qp_num as allocate_qp_num
-    from ._router import Waiter as Waiter
-    from .cmid import CmId as CmId, SourceIgnoredWarning as SourceIgnoredWarning
-    from .membership import Membership as Membership
+    from .core.event_channel import EventChannel as EventChannel, UnackedEventsWarning as UnackedEventsWarning
+    from .core.params import allocate_qp_num as allocate_qp_num
+    from .core.router import Waiter as Waiter
+    from .core.cmid import CmId as CmId, SourceIgnoredWarning as SourceIgnoredWarning
+    from .core.membership import Membership as Membership
     from .errors import (
         DecodeError as DecodeError,
         DeviceNodeError as DeviceNodeError,
@@ -76,7 +76,7 @@ if TYPE_CHECKING:  # what type checkers see ("X as X": an explicit re-export, wh
         StateError as StateError,
         UsageError as UsageError,
     )
-    from .events import Event as Event
+    from .core.events import Event as Event
     from .records import (
         AddrInfo as AddrInfo,
         AhAttr as AhAttr,

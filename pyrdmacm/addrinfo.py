@@ -46,13 +46,12 @@ import ipaddress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 
-from ._addr_input import MAX_TEXT, show, typed
+from .addr.text import MAX_TEXT, show, typed
 from .abi import PortSpace, QpType
 from .addr import AF_IB, AF_INET, AF_INET6, Address, parse_address
 from .errors import PrecheckError, UsageError
 
-if TYPE_CHECKING:  # pragma: no cover - the pre-check loads pyroute2: only when a prediction is made
-    from .precheck import Prediction
+from .precheck.model import Prediction  # the record only: the pre-check's netlink loads when one is made
 
 __all__ = ["RaiFlag", "RdmaAddrInfo", "check_arguments", "getaddrinfo"]
 

@@ -22,7 +22,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from construct import Container, ListContainer, StreamError
 
-from . import _structs, abi
+from .abi import structs as _structs
+from . import abi
 from .addr import unpack_sockaddr
 from .errors import DecodeError
 

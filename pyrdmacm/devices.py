@@ -45,7 +45,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Type, TypeVar, Union
 
-from ._enum import NamedIntEnum
+from .abi.named import NamedIntEnum
 from .errors import KernelError
 
 if TYPE_CHECKING:  # pragma: no cover - netlink imports pyroute2: only when asked

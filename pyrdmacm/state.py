@@ -3,8 +3,8 @@
 Theory of operation
 -------------------
 Pure code (h11's shape), no I/O: the channel and the ids ask this module what a call or
-an event does, and :class:`pyrdmacm._life.Life` -- what every id is -- applies the answer:
-its methods (and :func:`pyrdmacm._life.ack`) are the only code that assigns an id's state,
+an event does, and :class:`pyrdmacm.core.life.Life` -- what every id is -- applies the answer:
+its methods (and :func:`pyrdmacm.core.life.ack`) are the only code that assigns an id's state,
 its count of events not acknowledged and its cached query answers.
 
 An id's :class:`State` is the kernel's ``enum rdma_cm_state`` as seen from

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 A command is one ``write()`` of ``rdma_ucm_cmd_hdr`` (``cmd``, ``in`` = the
 body's size, ``out`` = the reply buffer's size) followed by the body.  For each
-command of :data:`pyrdmacm._structs.COMMANDS` (as :mod:`pyrdmacm._layouts` names its
+command of :data:`pyrdmacm.abi.structs.COMMANDS` (as :mod:`pyrdmacm.abi.layouts` names its
 layouts) this module has a :class:`Command`:
 its header bytes, made once, and one ``struct.Struct`` that packs header and
 body together (one call, no concatenation), derived from the body's
@@ -16,7 +16,7 @@ The commands whose reply has a variable length (QUERY PATH) or that librdmacm
 sends with a reply buffer of its own size say so in their constructor.
 
 RDMA netlink's GET_CHARDEV request, which the device layer sends without
-pyroute2, is built and read by :mod:`pyrdmacm._chardev` (re-exported here:
+pyroute2, is built and read by :mod:`pyrdmacm.abi.chardev` (re-exported here:
 :func:`chardev_request`, :func:`parse_chardev_reply`), which needs nothing of this
 module: opening the device (and the route prediction, which checks the node) does
 not import the reply decoders and their records.
@@ -31,9 +31,9 @@ import struct
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from . import abi
-from ._codec import CODECS, Codec, _format_items
-from ._layouts import COMMANDS as LAYOUT_OF_COMMAND
-from ._chardev import chardev_request, decode_huge_dev, parse_chardev_reply  # re-exported (see __all__)
+from .abi.codec import CODECS, Codec, _format_items
+from .abi.layouts import COMMANDS as LAYOUT_OF_COMMAND
+from .abi.chardev import chardev_request, decode_huge_dev, parse_chardev_reply  # re-exported (see __all__)
 from .addr import Address, unpack_sockaddr
 from . import records
 from .records import ConnParam

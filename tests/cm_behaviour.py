@@ -46,7 +46,7 @@ class World:
         """Make ``EventChannel()`` open this tier's node: the real rdma_cm, or where the tier
         has none ``device_path`` standing in for it (its check as rdma_cm left out)."""
         if self.device_path:
-            from pyrdmacm import _device
+            from pyrdmacm.core import device as _device
 
             monkeypatch.setenv("PYRDMACM_DEVICE", self.device_path)
             monkeypatch.setattr(_device, "_check_node", lambda *args: None)
@@ -312,7 +312,7 @@ def test_ps_ib_takes_a_qp_type(world: World):
 
 
 def test_sync_mode(world: World, monkeypatch):
-    import pyrdmacm._channel
+    import pyrdmacm.core.channel
 
     made = []
 
@@ -321,7 +321,7 @@ def test_sync_mode(world: World, monkeypatch):
         made.append(t)
         return t
 
-    monkeypatch.setattr(pyrdmacm._channel, "KernelDevice", device)
+    monkeypatch.setattr(pyrdmacm.core.channel, "KernelDevice", device)
     cm = CmId(None)
     ev = cm.resolve_addr(world.local, timeout_ms=1000)
     assert ev.event is E.ADDR_RESOLVED

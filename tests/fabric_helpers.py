@@ -12,8 +12,9 @@ from typing import Any, Optional, Tuple
 
 import pytest
 
-from pyrdmacm import CmId, EventChannel, KernelError, PortSpace, State, _process, wire
-from pyrdmacm._codec import CODECS
+from pyrdmacm import CmId, EventChannel, KernelError, PortSpace, State, wire
+from pyrdmacm.core import process as _process
+from pyrdmacm.abi.codec import CODECS
 from pyrdmacm.abi import CmEventType as E
 from pyrdmacm.testing import FakeFabric
 

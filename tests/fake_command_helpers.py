@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional
 import pytest
 
 from pyrdmacm import CmId, EventChannel, KernelError, PortSpace, abi, wire
-from pyrdmacm._codec import CODECS
+from pyrdmacm.abi.codec import CODECS
 from pyrdmacm.abi import CmEventType as E
 from pyrdmacm.addr import parse_address
 from pyrdmacm.testing import FakeKernel, FakeNet

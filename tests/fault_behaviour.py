@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pyrdmacm.abi import CmEventType as E
-from pyrdmacm._device import KernelDevice
+from pyrdmacm.core.device import KernelDevice
 from pyrdmacm import Call, CmId, UnackedEventsWarning, Waiter
 from pyrdmacm.errors import StateError, UsageError
 

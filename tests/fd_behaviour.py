@@ -67,7 +67,7 @@ def test_a_forked_child_closing_the_parents_channel_leaves_the_parent_alone(worl
     for ever (the eventfd is shared after fork), nor destroy the parent's ids."""
     import os
 
-    from pyrdmacm import _wait
+    from pyrdmacm.core import poll as _wait
 
     polls = []
     real = _wait.Poller.wait
@@ -215,7 +215,8 @@ def test_a_write_racing_with_close_never_reaches_a_file_that_reused_the_number(w
     import os
     import threading
 
-    from pyrdmacm import _device, wire
+    from pyrdmacm.core import device as _device
+    from pyrdmacm import wire
 
     world.open_node(monkeypatch)
     ch = EventChannel()

@@ -35,7 +35,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from pyrdmacm import CmId, State, _wait
+from pyrdmacm import CmId, State
+from pyrdmacm.core import poll as _wait
 from pyrdmacm.abi import CmEventType as E
 from pyrdmacm.abi import PortSpace
 from pyrdmacm.errors import KernelError, RdmaCmError, StateError

@@ -111,7 +111,7 @@ def kernel_tier(address: str = "10.0.2.15") -> Tier:
     """Both ends on this host's rdma_cm and ``address`` (the lab guest's own), RDMA netlink
     asked for what is left."""
     from conn_behaviour import Link
-    from pyrdmacm._device import KernelDevice
+    from pyrdmacm.core.device import KernelDevice
     from ucma_world import netlink_states
 
     from pyrdmacm.addr import Address

@@ -11,7 +11,7 @@ import struct
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from pyrdmacm import abi, kernel_rules
-from pyrdmacm._codec import CODECS
+from pyrdmacm.abi.codec import CODECS
 from pyrdmacm.addr import parse_address
 from pyrdmacm.conformance import Raw
 from pyrdmacm.conformance.cases_options import set_option

@@ -17,7 +17,8 @@ from typing import Dict, Tuple
 import pytest
 from construct import Array, Bytes, FormatField, Padded, Pass, Renamed, Struct, Union
 
-from pyrdmacm import _structs, abi
+from pyrdmacm.abi import structs as _structs
+from pyrdmacm import abi
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tools"))

@@ -17,7 +17,7 @@ from pyrdmacm.abi import CmEventType as E
 from pyrdmacm.aio import AsyncChannel
 
 from aio_behaviour import pending_waits
-from pyrdmacm.events import ConnParam, UdParam
+from pyrdmacm.core.events import ConnParam, UdParam
 from pyrdmacm.testing import FakeFabric
 
 A, B = "10.9.0.1", "10.9.0.2"

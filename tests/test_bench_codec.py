@@ -85,7 +85,7 @@ def test_direct_connections_times_every_step_and_writes_what_the_floor_writes(be
     real = os.write
     # the floor writes with os.write, pyrdmacm in its device's write (so does the channel's
     # waker at close(): 8 bytes, no command)
-    from pyrdmacm import _device
+    from pyrdmacm.core import device as _device
 
     capture = lambda fd, data: (len(data) > 8 and into.append(data)) or real(fd, data)  # noqa: E731
     monkeypatch.setattr(bench_direct.os, "write", capture)

@@ -139,17 +139,17 @@ def test_python_dash_m_and_help():
 @pytest.fixture
 def fake_rdma_cm(monkeypatch):
     """`pyrdmacm resolve` against the fake kernel: 10.0.0.1 local, 10.0.0.2 answers, 10.0.0.99 silent."""
-    import pyrdmacm.channel
+    import pyrdmacm.core.event_channel
     from pyrdmacm.testing import FakeKernel, FakeNet
 
     made = []
 
-    class FakeChannel(pyrdmacm.channel.EventChannel):
+    class FakeChannel(pyrdmacm.core.event_channel.EventChannel):
         def __init__(self, transport=None, **kw):
             made.append(transport or FakeKernel(FakeNet()))
             super().__init__(made[-1], **kw)
 
-    monkeypatch.setattr(pyrdmacm.channel, "EventChannel", FakeChannel)
+    monkeypatch.setattr(pyrdmacm.core.event_channel, "EventChannel", FakeChannel)
     return made
 
 
@@ -249,7 +249,7 @@ def test_a_subcommand_imports_what_it_needs(argv, code, own):
     assert got == code, proc.stderr
     assert {m.split(".")[2] for m in mods if m.startswith("pyrdmacm.cli.")} == own
     if argv[0] in ("route", "decode", "conformance", "--version"):
-        assert "pyrdmacm.channel" not in mods
+        assert "pyrdmacm.core.event_channel" not in mods
     if argv[0] == "resolve":
         assert "pyrdmacm.precheck" not in mods and not any(m.startswith("pyroute2") for m in mods)
 

@@ -55,13 +55,13 @@ def fake_dns(monkeypatch: pytest.MonkeyPatch) -> List[Any]:
 def nothing_sent(monkeypatch: pytest.MonkeyPatch) -> List[str]:
     """Fails the test if the CLI opens an rdma_cm channel (bad input must be refused before)."""
     opened: List[str] = []
-    import pyrdmacm.channel
+    import pyrdmacm.core.event_channel
 
     def refuse(*a: Any, **kw: Any) -> Any:
         opened.append("channel")
         raise AssertionError("a channel was opened for bad input")
 
-    monkeypatch.setattr(pyrdmacm.channel, "EventChannel", refuse)
+    monkeypatch.setattr(pyrdmacm.core.event_channel, "EventChannel", refuse)
     monkeypatch.setattr(conn, "_open_channel", refuse)
     return opened
 
@@ -327,7 +327,7 @@ def test_strict_precheck_exit_names_the_cause(capsys: Any, monkeypatch: Any, dev
 def slow_arp(monkeypatch: Any) -> None:
     """The fake kernel answers ADDR_RESOLVED only after 300 ms, as the real one does when its
     retry at the deadline finds the neighbour."""
-    import pyrdmacm.channel
+    import pyrdmacm.core.event_channel
     from pyrdmacm.abi import CmEventType as E
     from pyrdmacm.testing import FakeKernel, FakeNet
 
@@ -335,11 +335,11 @@ def slow_arp(monkeypatch: Any) -> None:
         def _queue(self, ctx: Any, event: Any, status: int = 0, delay_ms: int = 0) -> None:
             super()._queue(ctx, event, status, 300 if event == E.ADDR_RESOLVED else delay_ms)
 
-    class Channel(pyrdmacm.channel.EventChannel):
+    class Channel(pyrdmacm.core.event_channel.EventChannel):
         def __init__(self, transport: Any = None, **kw: Any) -> None:
             super().__init__(transport or SlowKernel(FakeNet()), **kw)
 
-    monkeypatch.setattr(pyrdmacm.channel, "EventChannel", Channel)
+    monkeypatch.setattr(pyrdmacm.core.event_channel, "EventChannel", Channel)
 
 
 def test_addr_resolved_at_the_timeout_is_explained(capsys: Any, slow_arp: None) -> None:
@@ -355,14 +355,14 @@ def test_addr_resolved_at_the_timeout_is_explained(capsys: Any, slow_arp: None) 
 
 
 def test_resolve_output_names_guid_pkey_and_path_fields(capsys: Any, monkeypatch: Any) -> None:
-    import pyrdmacm.channel
+    import pyrdmacm.core.event_channel
     from pyrdmacm.testing import FakeKernel, FakeNet
 
-    class Channel(pyrdmacm.channel.EventChannel):
+    class Channel(pyrdmacm.core.event_channel.EventChannel):
         def __init__(self, transport: Any = None, **kw: Any) -> None:
             super().__init__(transport or FakeKernel(FakeNet()), **kw)
 
-    monkeypatch.setattr(pyrdmacm.channel, "EventChannel", Channel)
+    monkeypatch.setattr(pyrdmacm.core.event_channel, "EventChannel", Channel)
     code, out, err = run(capsys, "resolve", "10.0.0.2", "--route", "--no-precheck", "--json")
     j = json.loads(out)
     assert code == cli.EXIT_OK, err

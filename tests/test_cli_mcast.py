@@ -18,7 +18,7 @@ from typing import Any, List
 import pytest
 
 from pyrdmacm import EventChannel, cli
-from pyrdmacm._codec import CODECS
+from pyrdmacm.abi.codec import CODECS
 from pyrdmacm.abi import CmEventType as E
 from pyrdmacm.abi import McJoinFlag
 from pyrdmacm.abi import UserCmCmd as C

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import ipaddress
+import sys
+from pathlib import Path
 
 import pytest
 from construct import Container, ListContainer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyrdmacm import _structs, abi
-from pyrdmacm._codec import CODECS
-from pyrdmacm._derive import derive
+from pyrdmacm.abi import structs as _structs
+from pyrdmacm import abi
+from pyrdmacm.abi.codec import CODECS
 from pyrdmacm.addr import Address, unpack_sockaddr
 from pyrdmacm.errors import DecodeError
+
+TOOLS = str(Path(__file__).resolve().parent.parent / "tools")
+if TOOLS not in sys.path:
+    sys.path.insert(0, TOOLS)
+from derive_layouts import derive  # noqa: E402 (the layouts' generator, in tools/)
 
 NAMES = sorted(CODECS)
 HAS_UNION = {n for n in NAMES if "param" in CODECS[n].names}
@@ -88,7 +95,7 @@ def test_big_endian_fields_are_converted():
 
 def test_big_endian_readers_compile_on_first_use_for_every_holder():
     """A codec's reader held before its first use keeps reading right after the compile."""
-    from pyrdmacm._codec import Codec
+    from pyrdmacm.abi.codec import Codec
 
     shared = CODECS["rdma_ucm_query_addr_resp"]
     c = Codec(shared.name, shared.format, shared.names, shared._be)  # a fresh one: not yet compiled

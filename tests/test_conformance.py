@@ -5,7 +5,8 @@ import errno
 
 import pytest
 
-from pyrdmacm import _structs, abi, cli, conformance
+from pyrdmacm.abi import structs as _structs
+from pyrdmacm import abi, cli, conformance
 from pyrdmacm.conformance import cases_commands, raw
 from pyrdmacm.testing import FakeFabric, FakeKernel
 from pyrdmacm.wire import COMMAND

@@ -327,7 +327,8 @@ def nl() -> Iterable[object]:
 
 
 def test_request_bytes_golden() -> None:
-    from pyrdmacm import _netlink_nldev as nldev, netlink
+    from pyrdmacm.netlink import nldev
+    from pyrdmacm import netlink
 
     data = netlink.RdmaNetlink.encode(nldev.RDMA_NLDEV_CMD_GET_CHARDEV, [("ATTR_CHARDEV_TYPE", "rdma_cm")], seq=7)
     assert data.hex() == (
@@ -437,7 +438,7 @@ HEADER = "/usr/include/rdma/rdma_netlink.h"
 @pytest.mark.skipif(not (os.path.exists(HEADER) and shutil.which("cc")), reason="needs a C compiler and " + HEADER)
 def test_nldev_numbers_match_the_uapi_header(tmp_path: Path) -> None:
     """Every NLDEV number of pyrdmacm's NLDEV messages, checked against the installed header."""
-    from pyrdmacm import _netlink_nldev as nldev
+    from pyrdmacm.netlink import nldev
 
     names = {"RDMA_NLDEV_" + k: v for k, v in nldev.NLDEV_ATTR.items()}
     names.update({

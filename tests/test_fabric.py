@@ -18,7 +18,7 @@ import pytest
 from pyrdmacm import CmId, EventChannel, PortSpace, State, StateError, UsageError, wire
 from pyrdmacm.abi import CmEventType as E
 from pyrdmacm.abi import RdmaCmState
-from pyrdmacm.events import ConnParam
+from pyrdmacm.core.events import ConnParam
 from pyrdmacm.testing import IbCmState
 
 from fabric_helpers import (CM_TIMEOUT_MS, CONNECT, CONN_CODEC, TIMEWAIT_MS, accept, connected, establish, expect,

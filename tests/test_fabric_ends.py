@@ -15,7 +15,7 @@ import pytest
 
 from pyrdmacm import CmId, EventChannel, PortSpace, State, UsageError
 from pyrdmacm.abi import CmEventType as E
-from pyrdmacm.events import UdParam
+from pyrdmacm.core.events import UdParam
 from pyrdmacm.testing import FakeFabric, FakeKernel, FakeNet
 
 from fabric_helpers import (CM_TIMEOUT_MS, TIMEWAIT_MS, UD_CODEC, accept, connected, establish, expect, listener,

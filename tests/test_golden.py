@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from pyrdmacm import _structs, abi, decode
+from pyrdmacm.abi import structs as _structs
+from pyrdmacm import abi, decode
 from pyrdmacm.wire import COMMAND
-from pyrdmacm._codec import CODECS
+from pyrdmacm.abi.codec import CODECS
 from pyrdmacm.addr import unpack_sockaddr
 
 GOLDEN = sorted((Path(__file__).resolve().parent.parent / "abi" / "golden").glob("*.json"))

@@ -2,7 +2,10 @@
 import counted: at the top, inside functions, under TYPE_CHECKING) and how long each is.
 
 Two ratchets: an import circle or a module over 600 lines that is not listed below fails,
-and so does a listed one that is gone (the lists must shrink with the code)."""
+and so does a listed one that is gone (the lists must shrink with the code).  And the floor
+plan: the root holds only what a user imports by module name (no private module there), each
+job has its room (a folder, or one of those root modules), and the rooms stand on floors: an
+import goes to its own room or to a room on a floor below, never up or sideways."""
 
 from __future__ import annotations
 
@@ -120,7 +123,7 @@ def test_no_module_over_600_lines_but_the_known_ones():
 
 #: the asyncio adapter's modules, and the names under which they hold an adapter (an
 #: AsyncChannel: its own members are its business; anybody else's private ones are not)
-_AIO = ("aio", "_aio_waiters", "_aio_requests")
+_AIO = ("aio/__init__", "aio/futures", "aio/requests", "aio/addrinfo")
 _THE_ADAPTER = {"self", "other", "adapter"}
 
 
@@ -145,3 +148,60 @@ def test_the_asyncio_adapter_reads_nothing_private_of_the_channel_or_the_ids():
     it reads no private member of the channel, the ids or the events (#21)."""
     found = {m: _private_reads((PACKAGE / (m + ".py")).read_text()) for m in _AIO}
     assert not any(found.values()), found
+
+
+#: the package's root: only modules a user imports by name (at most 14, none private)
+ROOT_MODULES = {"__init__", "__main__", "errors", "state", "kernel_rules", "wire", "decode", "devices", "addrinfo"}
+#: the rooms, bottom floor first: a room imports its own modules and rooms of lower floors only
+FLOORS = [
+    {"errors"},
+    {"abi"},                                 # the kernel's structs, layouts, codecs, enums, char device
+    {"state", "kernel_rules", "netlink"},    # the state table, the kernel's rules, netlink (RDMA, routes)
+    {"addr"},                                # addresses: the grammar, the lookups
+    {"records"},                             # what replies, events and connections carry
+    {"wire", "decode", "devices"},           # commands encoded and decoded, the RDMA devices
+    {"core"},                                # the engine: fd, polls, router, channel, ids, events
+    {"precheck"},                            # where a resolution lands (routing, devices)
+    {"addrinfo", "conformance"},             # rdma_getaddrinfo; the ABI conformance suite
+    {"aio", "testing"},                      # asyncio; the fake kernel and fabric
+    {"mesh"},                                # the fabric check
+    {"pyrdmacm"},                            # the public names (the package's __init__)
+    {"cli"},
+    {"__main__"},
+]
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "pyrdmacm"
+
+
+def test_the_root_holds_only_what_users_import_by_name():
+    root = {p.stem for p in PACKAGE.glob("*.py")}
+    assert root == ROOT_MODULES, "the package's root changed: %s (a private module belongs in its room's folder)" % (
+        sorted(root ^ ROOT_MODULES))
+    assert len(root) <= 14 and not [m for m in root if m.startswith("_") and not m.startswith("__")]
+
+
+def test_every_room_is_on_a_floor():
+    rooms = {_room(m) for m in _modules()}
+    on_floors = set().union(*FLOORS)
+    assert rooms == on_floors, "rooms not on FLOORS, or gone: %s" % sorted(rooms ^ on_floors)
+
+
+def _arrows_up(edges: Dict[str, Set[str]], floors: List[Set[str]]) -> List[str]:
+    """Every import from one room to a room on its own floor or above."""
+    floor = {room: i for i, rooms in enumerate(floors) for room in rooms}
+    return sorted("%s -> %s" % (a, b) for a, targets in edges.items() for b in targets
+                  if _room(a) != _room(b) and floor[_room(b)] >= floor[_room(a)])
+
+
+def test_no_import_runs_up_or_sideways():
+    wrong = _arrows_up(_graph(_modules()), FLOORS)
+    assert not wrong, "imports that run up or sideways (move the code, or the room): %s" % wrong
+
+
+def test_the_floor_check_sees_arrows_up_and_sideways():
+    edges = {"pkg.core.a": {"pkg.abi.b", "pkg.aio.c", "pkg.core.d"}, "pkg.aio.c": {"pkg.testing.e"},
+             "pkg.abi.b": set(), "pkg.core.d": set(), "pkg.testing.e": set()}
+    assert _arrows_up(edges, FLOORS) == ["pkg.aio.c -> pkg.testing.e", "pkg.core.a -> pkg.aio.c"]

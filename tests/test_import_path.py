@@ -11,9 +11,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: loaded on first use only (construct and random: the earlier start-up work)
-OFF_THE_PATH = ("construct", "random", "socket", "ctypes", "selectors", "pyrdmacm._abi_later", "pyrdmacm._structs",
-               "pyrdmacm._records_later")
+#: loaded on first use only (construct and random: the earlier start-up work).  The records and
+#: the IB enums load with the library now: they are plain dataclasses and enums, and the
+#: library's import has no target that a hand-made substitute would be worth (#36)
+OFF_THE_PATH = ("construct", "random", "socket", "ctypes", "selectors", "pyrdmacm.abi.structs")
 
 
 def imported(code: str) -> set:
@@ -28,7 +29,8 @@ def test_the_readme_first_line():
 
 
 def test_the_later_enums_are_abi_s():
-    from pyrdmacm import abi, events, records
+    from pyrdmacm import abi, records
+    from pyrdmacm.core import events
 
     for name in abi._LATER:
         value = getattr(abi, name)

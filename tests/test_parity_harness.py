@@ -8,7 +8,7 @@ import pytest
 
 import parity
 from pyrdmacm.wire import COMMAND
-from pyrdmacm._codec import CODECS
+from pyrdmacm.abi.codec import CODECS
 
 RDMA_CM = "".join("\\x%02x" % b for b in parity.RDMA_CM.encode())
 

@@ -11,7 +11,7 @@ import pytest
 from pyrdmacm import CmId, EventChannel, State
 from pyrdmacm.abi import CmEventType as E
 from pyrdmacm.abi import UserCmCmd as C
-from pyrdmacm._codec import CODECS
+from pyrdmacm.abi.codec import CODECS
 from pyrdmacm.testing import FakeKernel, FakeNet
 
 BODY = {C.CREATE_ID: "rdma_ucm_create_id", C.DESTROY_ID: "rdma_ucm_destroy_id", C.RESOLVE_ADDR: "rdma_ucm_resolve_addr",

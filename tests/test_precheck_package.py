@@ -45,7 +45,7 @@ def test_pyroute2_is_imported_by_netlink_only():
     """By the NLDEV messages (pyroute2's nlmsg) and the routing queries (its IPRoute)."""
     importers = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "pyrdmacm").rglob("*.py")
                        if any(m == "pyroute2" or m.startswith("pyroute2.") for m in _imports(p)))
-    assert importers == ["pyrdmacm/_netlink_nldev.py", "pyrdmacm/_netlink_route.py"]
+    assert importers == ["pyrdmacm/netlink/nldev.py", "pyrdmacm/netlink/route.py"]
 
 
 def test_importing_the_package_loads_no_netlink():

@@ -1,4 +1,4 @@
-"""The router's table (pyrdmacm._router) on its own: who an event goes to, and the
+"""The router's table (pyrdmacm.core.router) on its own: who an event goes to, and the
 interleavings with another thread's end() that the channel's reader can meet (a thread
 destroying an id while the reader routes one of its events), made deterministic by a take
 that runs the other thread's step in the middle of a route."""
@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict
 import pytest
 
 from pyrdmacm import Call, CmEventType as E, Kind, StateError, UsageError, Waiter
-from pyrdmacm._router import Router
+from pyrdmacm.core.router import Router
 
 
 class Ev:

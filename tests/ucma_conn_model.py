@@ -54,7 +54,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from pyrdmacm import abi, kernel_rules
-from pyrdmacm._codec import CODECS
+from pyrdmacm.abi.codec import CODECS
 from pyrdmacm.addr import parse_address
 
 from ucma_conn_crossing import Crossings

@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from pyrdmacm import abi
-from pyrdmacm._codec import CODECS
+from pyrdmacm.abi.codec import CODECS
 from ucma_conn_ends import DUE, Cid, show
 from ucma_world import _en
 

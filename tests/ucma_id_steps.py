@@ -88,7 +88,7 @@ class IdSteps(RuleBasedStateMachine):
         # past the shrink budget every further candidate is filtered out: the shrinker gives up
         assume(cls.first_failure is None or time.monotonic() - cls.first_failure < cls.shrink_budget)
         super().__init__()
-        from pyrdmacm._device import ReplyBuffer
+        from pyrdmacm.core.device import ReplyBuffer
         from pyrdmacm.conformance import Raw
 
         self._Raw = Raw
@@ -105,7 +105,7 @@ class IdSteps(RuleBasedStateMachine):
         self.devices = rdma_device_count()
         self.baseline = netlink_states(self.pid)
         self.script: List[str] = ["from pyrdmacm.conformance import Raw",
-                                  "from pyrdmacm._device import ReplyBuffer",
+                                  "from pyrdmacm.core.device import ReplyBuffer",
                                   "ch = [Raw(), None]", "optval = ReplyBuffer(4096)"]
         type(self).stats["sequences"] += 1
 

@@ -50,7 +50,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
-from pyrdmacm._codec import CODECS
+from pyrdmacm.abi.codec import CODECS
 from pyrdmacm.addr import parse_address
 
 from ucma_id_steps import U32, IdSteps

@@ -283,7 +283,7 @@ class RemoteRaw:
     """One of the peer's channels, with :class:`pyrdmacm.conformance.Raw`'s calls."""
 
     def __init__(self, kernel: RemoteKernel, ch: int, fd: int) -> None:
-        from pyrdmacm._device import ReplyBuffer
+        from pyrdmacm.core.device import ReplyBuffer
         from pyrdmacm.conformance.raw import REPLY_SIZE
 
         self.kernel, self.ch, self.dev = kernel, ch, _RemoteFd(fd)

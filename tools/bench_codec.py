@@ -50,8 +50,8 @@ from collections import deque
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from pyrdmacm import _structs  # noqa: E402
-from pyrdmacm._codec import CODECS  # noqa: E402
+from pyrdmacm.abi import structs as _structs  # noqa: E402
+from pyrdmacm.abi.codec import CODECS  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench_direct, beside it
 
 from bench_direct import CONN_PHASES, DIRECT_PHASES, direct  # noqa: E402

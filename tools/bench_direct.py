@@ -13,9 +13,10 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from pyrdmacm import _structs, abi  # noqa: E402
-from pyrdmacm._codec import CODECS  # noqa: E402
-from pyrdmacm._device import KernelDevice  # noqa: E402
+from pyrdmacm.abi import structs as _structs
+from pyrdmacm import abi  # noqa: E402
+from pyrdmacm.abi.codec import CODECS  # noqa: E402
+from pyrdmacm.core.device import KernelDevice  # noqa: E402
 
 
 class NullDevice(KernelDevice):

@@ -124,7 +124,7 @@ def _next_event(ch: Any, uid: int, ok: Any, failed: Any, timeout_s: float, t0: f
     """The next event of ``uid`` (an id's, a membership's) among ``ok`` and ``failed``
     (acked), or None when ``timeout_s`` passed; other events read meanwhile are acked and
     dropped."""
-    from .._router import Waiter
+    from ..core.router import Waiter
 
     waiter = ch.expect(uid, Waiter({**dict.fromkeys(failed, False), **dict.fromkeys(ok, True)}))
     if not ch.wait(waiter, max(0.0, t0 + timeout_s - time.monotonic()), drop=True):
@@ -134,7 +134,7 @@ def _next_event(ch: Any, uid: int, ok: Any, failed: Any, timeout_s: float, t0: f
 
 def _open_channel() -> Any:
     """The event channel of ``ping``, ``listen`` and ``mcast`` (tests give the CLI a fake one here)."""
-    from .. import channel as _channel
+    from ..core import event_channel as _channel
 
     return _channel.EventChannel()
 

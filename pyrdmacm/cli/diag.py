@@ -56,8 +56,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 def probe_commands(dev: Any) -> Dict[str, str]:
     """Which commands this kernel knows, without changing anything (see GuardedHeader)."""
-    from .._device import GuardedHeader
-    from .._structs import COMMANDS
+    from ..core.device import GuardedHeader
+    from ..abi.structs import COMMANDS
     from ..abi import UserCmCmd
 
     guard = GuardedHeader()
@@ -78,7 +78,7 @@ def probe_commands(dev: Any) -> Dict[str, str]:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from .. import _device
+    from ..core import device as _device
 
     # Each value is a value or null (unknown); why a value is unknown is in "errors", keyed
     # by its field, as the one error object (JSON), or said on its line (text).

@@ -21,7 +21,7 @@ def _address(text: str, what: str, numeric: bool, port: Optional[int] = None, fa
     a host name and a service name (``peer:ssh``, the services database's port for
     ``protocol``) looked up unless ``numeric``; the Address is what the pre-check and the
     library get."""
-    from .._addr_lookup import host_name, lookup_host, service_name
+    from ..addr.lookup import host_name, lookup_host, service_name
     from ..addr import parse_address
     from ..errors import UsageError
 

@@ -84,7 +84,7 @@ def cmd_listen(args: argparse.Namespace) -> int:
         def on_term(signum: int, frame: Any) -> None:
             raise _Stop()
         old_term = signal.signal(signal.SIGTERM, on_term)
-    from ..cmid import CmId
+    from ..core.cmid import CmId
 
     lst = None
     try:
@@ -140,7 +140,7 @@ def _identity(args: argparse.Namespace, local: Any) -> bytes:
     once per address)."""
     import socket
 
-    from .._netlink_route import addresses, links
+    from ..netlink.route import addresses, links
     from ..mesh.cells import identity
 
     known: Dict[str, bytes] = args.__dict__.setdefault("_identities", {})

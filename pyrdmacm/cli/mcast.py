@@ -126,7 +126,7 @@ def _stopped(out: _Report) -> int:
 def _run(ch: Any, ps: Any, group: Any, src: Any, timeout_ms: int, count: Optional[int], send_only: bool,
          out: _Report) -> None:
     """Bind, resolve, join, follow, leave."""
-    from ..cmid import CmId
+    from ..core.cmid import CmId
 
     cm = CmId(ch, ps)
     held: List[Any] = []  # the membership, once JOIN_MCAST was written

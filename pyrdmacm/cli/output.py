@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from .._addr_input import ip_text
+from ..addr.text import ip_text
 from ..errors import error_object
 
 #: the one error object: every subcommand's JSON says an error so

@@ -32,7 +32,7 @@ def _attempt(ch: Any, seq: int, dst: Any, src: Any, ps: Any, data: bytes, timeou
              timewait: bool, holder: List[Any]) -> Dict[str, Any]:
     """One connection: resolve, connect, establish, disconnect, destroy; what each step took."""
     from ..abi import CmEventType as E
-    from ..cmid import CmId
+    from ..core.cmid import CmId
     from ..errors import KernelError
     from ..state import OUTCOMES, Call, Kind
 

@@ -91,7 +91,7 @@ def _wait(ch: Any, cm: Any, call: Any, peer: Any, timeout_ms: int, progress: boo
     On a terminal the line is rewritten in place and erased at the end; elsewhere
     (``--progress`` into a file) each update is a line of its own.
     """
-    from .._router import Waiter
+    from ..core.router import Waiter
 
     waiter = ch.expect(cm.uid, Waiter.for_call(cm.kind, call))
     what = " or ".join(e.name for e, ok in waiter.take.items() if ok)
@@ -122,8 +122,8 @@ def _wait(ch: Any, cm: Any, call: Any, peer: Any, timeout_ms: int, progress: boo
 
 def cmd_resolve(args: argparse.Namespace) -> int:
     from ..abi import PortSpace
-    from .. import channel as _channel
-    from ..cmid import CmId
+    from ..core import event_channel as _channel
+    from ..core.cmid import CmId
     from ..errors import DeviceNodeError, KernelError, UsageError
     from ..state import Call
 

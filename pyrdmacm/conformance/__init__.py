@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Each case writes raw commands -- built with the ABI layer's codecs, never through
-:class:`~pyrdmacm.cmid.CmId`, whose checks would refuse most of them first -- to
+:class:`~pyrdmacm.core.cmid.CmId`, whose checks would refuse most of them first -- to
 ``/dev/infiniband/rdma_cm`` and compares the errno the kernel answers with the documented
 one: malformed writes, invalid commands, short reply buffers, unknown ids and ids of
 another fd, wrong-state commands, reserved fields set, GET_OPTION's ENOSYS, credentials,
@@ -14,7 +14,7 @@ the expectation is data: errno steps by kernel version.
 The modules, each by what it holds:
 
 * :mod:`.raw` -- :class:`Raw`, the raw command writer (the fd is
-  :class:`~pyrdmacm._device.KernelDevice`'s);
+  :class:`~pyrdmacm.core.device.KernelDevice`'s);
 * :mod:`.kmsg` -- :class:`KernelLog`, the kernel log's problem lines;
 * :mod:`.expect` -- what a case expects by kernel version, how an outcome is named;
 * :mod:`.registry` -- :class:`Case`, its :class:`Context`, the cases' declaration;

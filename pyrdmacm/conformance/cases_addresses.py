@@ -14,7 +14,7 @@ import struct
 from typing import Callable, Dict, List, Tuple
 
 from .. import kernel_rules
-from .._codec import CODECS
+from ..abi.codec import CODECS
 from ..abi import CmEventType as E
 from ..abi import RdmaCmState as S
 from ..abi import UserCmCmd as C

@@ -18,7 +18,7 @@ import struct
 from typing import Tuple
 
 from .. import abi, kernel_rules
-from .._codec import CODECS
+from ..abi.codec import CODECS
 from ..wire import COMMAND, HEADER
 from .registry import CaseList, Context
 from .steps import NO_SUCH_ID, with_id

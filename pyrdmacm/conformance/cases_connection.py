@@ -19,7 +19,7 @@ import time
 from typing import Dict, Tuple
 
 from .. import abi, kernel_rules
-from .._codec import CODECS
+from ..abi.codec import CODECS
 from ..wire import COMMAND
 from .expect import outcome_text
 from .registry import CaseList, Context

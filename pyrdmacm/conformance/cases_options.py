@@ -13,8 +13,8 @@ import struct
 from typing import Optional
 
 from .. import abi, kernel_rules
-from .._codec import CODECS
-from .._device import ReplyBuffer
+from ..abi.codec import CODECS
+from ..core.device import ReplyBuffer
 from .raw import Raw
 from .registry import CaseList, Context
 from .steps import CaseFd, at_new_port, on_own_fd, with_id

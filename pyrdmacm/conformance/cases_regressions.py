@@ -16,7 +16,7 @@ import time
 from typing import Dict, Tuple
 
 from .. import abi, kernel_rules
-from .._device import ReplyBuffer
+from ..core.device import ReplyBuffer
 from ..addr import parse_address
 from ..wire import COMMAND
 from .expect import outcome_text

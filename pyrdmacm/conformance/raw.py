@@ -2,21 +2,21 @@
 
 Theory of operation
 -------------------
-:class:`Raw` writes what :class:`~pyrdmacm.cmid.CmId` never would (its checks refuse them
+:class:`Raw` writes what :class:`~pyrdmacm.core.cmid.CmId` never would (its checks refuse them
 first): a write shorter than the header, an ``in`` beyond the write, a reply size one byte
 short, a reserved field set, an id of another fd.  It builds each body with the ABI layer's
 codecs -- :meth:`Raw.send` takes a command of :data:`pyrdmacm.wire.COMMAND` by name, with
 its number, body layout and reply size -- and answers every write with 0 or the errno the
 kernel gave, never raising for it.
 
-The fd is not its own.  :class:`~pyrdmacm._device.KernelDevice` opens the node (checking
+The fd is not its own.  :class:`~pyrdmacm.core.device.KernelDevice` opens the node (checking
 that it is the rdma_cm device and that the kernel speaks a known ABI), writes each command
 and closes it; nothing here calls ``os.open`` or ``os.write``.  A :class:`Raw` may be given
 another device that speaks the same bytes instead (:class:`pyrdmacm.testing.FakeKernel`,
 for tests on a host without the kernel's).  A case that needs a second fd (an id of
 another fd, MIGRATE_ID's source) opens it on the same device with :meth:`Raw.beside`, and
 names an fd in a command by ``dev.fileno()``.  The replies go to one
-:class:`~pyrdmacm._device.ReplyBuffer` of :data:`REPLY_SIZE`, the largest reply buffer
+:class:`~pyrdmacm.core.device.ReplyBuffer` of :data:`REPLY_SIZE`, the largest reply buffer
 any command has: a reply size made up by a caller (the fuzzer's ``out`` of 1024) stays
 inside it, since the kernel copies at most its reply's own size.
 """
@@ -27,8 +27,8 @@ import errno
 from typing import Any, Dict, Optional, Protocol, Type, TypeVar
 
 from .. import abi
-from .._codec import CODECS
-from .._device import KernelDevice, ReplyBuffer
+from ..abi.codec import CODECS
+from ..core.device import KernelDevice, ReplyBuffer
 from ..addr import Address
 from ..errors import errno_name
 from ..wire import COMMAND, header
@@ -41,7 +41,7 @@ REPLY_SIZE = max(command.out for command in COMMAND.values())
 
 
 class RawDevice(Protocol):
-    """What :class:`Raw` writes through: :class:`~pyrdmacm._device.KernelDevice`, or a fake
+    """What :class:`Raw` writes through: :class:`~pyrdmacm.core.device.KernelDevice`, or a fake
     that speaks the same bytes."""
 
     def write(self, data: bytes) -> int:
@@ -63,7 +63,7 @@ R = TypeVar("R", bound="Raw")
 class Raw:
     """Raw commands on one rdma_cm fd; every command returns 0 or the kernel's errno.
 
-    The fd is a :class:`~pyrdmacm._device.KernelDevice` on ``path`` (the default node when
+    The fd is a :class:`~pyrdmacm.core.device.KernelDevice` on ``path`` (the default node when
     None), or ``device`` when given.  ``dev`` is that device, ``reply`` the buffer each reply
     goes to unless the fields name another.
     """

@@ -21,7 +21,7 @@ import fcntl
 import socket
 from typing import List, Optional, Sequence
 
-from .._codec import CODECS
+from ..abi.codec import CODECS
 from ..addr import parse_address
 from ..devices import list_devices, rdma_netdevs
 from .cases_addresses import CASES as ADDRESSES

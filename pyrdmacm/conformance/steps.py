@@ -17,9 +17,9 @@ import time
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from .. import abi
-from .._wait import Poller
+from ..core.poll import Poller
 from ..addr import Address, parse_address
-from ..events import decode_event_head
+from ..core.events import decode_event_head
 from .expect import outcome_text
 from .raw import Raw
 from .registry import CaseResult, Context

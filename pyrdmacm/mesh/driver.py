@@ -17,8 +17,8 @@ import asyncio
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
-from .._addr_input import ip_text
-from .._router import Waiter, take_of
+from ..addr.text import ip_text
+from ..core.router import Waiter, take_of
 from ..abi import CmEventType as E
 from ..errors import RdmaCmError
 from ..state import Call

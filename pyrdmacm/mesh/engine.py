@@ -18,7 +18,7 @@ def rails(names: Optional[Iterable[str]] = None, *, devices: Any = None) -> List
     this order, whether RDMA is behind them or not (a rail with no device or no address is
     still a rail: its cells say what it lacks).  ValueError for a name that is no netdev."""
     from .. import devices as dev
-    from .._netlink_route import addresses, links
+    from ..netlink.route import addresses, links
 
     devs = dev.list_devices() if devices is None else list(devices)
     behind: Dict[str, Tuple[str, int]] = {}
@@ -60,7 +60,7 @@ def targets(words: Sequence[str], *, all_addresses: bool = False, numeric: bool 
     getaddrinfo does (its first answer; every address with ``all_addresses``).  A name that
     does not resolve is a target with an ``error`` (its cells say so: the rest are still
     checked).  Duplicates (the same address twice) are checked once: ValueError names them."""
-    from .._addr_lookup import lookup_host
+    from ..addr.lookup import lookup_host
     from ..errors import UsageError
 
     out: List[Target] = []
@@ -182,7 +182,7 @@ async def check_async(rails: Sequence[Rail], targets: Sequence[Target], *, port:
     # open in that thread from its start to the end of the run), with the devices read once.
     from concurrent.futures import ThreadPoolExecutor
 
-    from .._netlink_route import session
+    from ..netlink.route import session
     from .driver import Run
 
     explainer = ThreadPoolExecutor(1, thread_name_prefix="mesh-why", initializer=session().__enter__)

@@ -62,7 +62,7 @@ def check_device_node(ck: Checks) -> None:
 
 def rdma_cm_node(path: Optional[str] = None) -> Optional[Missing]:
     """None when the rdma_cm device node opens as an EventChannel would open it; else what is wrong."""
-    from .._device import KernelDevice
+    from ..core.device import KernelDevice
     from ..errors import DeviceNodeError
 
     try:

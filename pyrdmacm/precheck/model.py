@@ -10,7 +10,6 @@ import ipaddress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
-from .._record import Record, set_field
 from ..devices import GidType, PortState
 from ..errors import errno_name
 
@@ -23,8 +22,8 @@ IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
 IPNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 
 
-@dataclass(init=False, repr=False, eq=False)  # written out: see pyrdmacm._record
-class Candidate(Record):
+@dataclass(frozen=True)
+class Candidate:
     """An RDMA device/port/GID the id can bind to, in the kernel's order of preference."""
 
     device: str
@@ -36,30 +35,9 @@ class Candidate(Record):
     port_state: Optional[PortState]
     default: bool  #: the GID type rdma_cm uses for this port; the first default candidate is the kernel's pick
 
-    def __init__(self, device: str, device_index: Optional[int], port: int, gid_index: Optional[int],
-                 gid: Optional[ipaddress.IPv6Address], gid_type: Optional[GidType], port_state: Optional[PortState],
-                 default: bool) -> None:
-        set_field(self, "device", device)
-        set_field(self, "device_index", device_index)
-        set_field(self, "port", port)
-        set_field(self, "gid_index", gid_index)
-        set_field(self, "gid", gid)
-        set_field(self, "gid_type", gid_type)
-        set_field(self, "port_state", port_state)
-        set_field(self, "default", default)
 
-    def _values(self) -> Tuple[Any, ...]:
-        return (self.device, self.device_index, self.port, self.gid_index, self.gid, self.gid_type, self.port_state,
-                self.default)
-
-    def __repr__(self) -> str:
-        return ("%s(device=%r, device_index=%r, port=%r, gid_index=%r, gid=%r, gid_type=%r, port_state=%r, "
-                "default=%r)"
-                % ((self.__class__.__qualname__,) + self._values()))
-
-
-@dataclass(init=False, repr=False, eq=False)  # written out: see pyrdmacm._record
-class IpoibStatus(Record):
+@dataclass(frozen=True)
+class IpoibStatus:
     """State of the IPoIB netdev an InfiniBand resolution goes through."""
 
     netdev: str
@@ -72,31 +50,9 @@ class IpoibStatus(Record):
     port_state: Optional[PortState]
     addresses: Tuple[str, ...]
 
-    def __init__(self, netdev: str, up: bool, operstate: str, carrier: Optional[bool],
-                 gid: Optional[ipaddress.IPv6Address], device: Optional[str], port: Optional[int],
-                 port_state: Optional[PortState], addresses: Tuple[str, ...]) -> None:
-        set_field(self, "netdev", netdev)
-        set_field(self, "up", up)
-        set_field(self, "operstate", operstate)
-        set_field(self, "carrier", carrier)
-        set_field(self, "gid", gid)
-        set_field(self, "device", device)
-        set_field(self, "port", port)
-        set_field(self, "port_state", port_state)
-        set_field(self, "addresses", addresses)
 
-    def _values(self) -> Tuple[Any, ...]:
-        return (self.netdev, self.up, self.operstate, self.carrier, self.gid, self.device, self.port, self.port_state,
-                self.addresses)
-
-    def __repr__(self) -> str:
-        return ("%s(netdev=%r, up=%r, operstate=%r, carrier=%r, gid=%r, device=%r, port=%r, port_state=%r, "
-                "addresses=%r)"
-                % ((self.__class__.__qualname__,) + self._values()))
-
-
-@dataclass(init=False, repr=False, eq=False)  # written out: see pyrdmacm._record
-class Missing(Record):
+@dataclass(frozen=True)
+class Missing:
     """Something this host lacks for the resolution, and what to do about it."""
 
     what: str  #: "rdma_cm" (the device node), "device" (no RDMA device), "gid" (none for the source)
@@ -105,26 +61,12 @@ class Missing(Record):
     hint: str
     netdev: Optional[str] = None
 
-    def __init__(self, what: str, errno: int, message: str, hint: str, netdev: Optional[str] = None) -> None:
-        set_field(self, "what", what)
-        set_field(self, "errno", errno)
-        set_field(self, "message", message)
-        set_field(self, "hint", hint)
-        set_field(self, "netdev", netdev)
-
-    def _values(self) -> Tuple[Any, ...]:
-        return (self.what, self.errno, self.message, self.hint, self.netdev)
-
-    def __repr__(self) -> str:
-        return ("%s(what=%r, errno=%r, message=%r, hint=%r, netdev=%r)"
-                % ((self.__class__.__qualname__,) + self._values()))
-
     def __str__(self) -> str:
         return "%s: %s -- %s" % (self.message, errno_name(self.errno), self.hint)
 
 
-@dataclass(init=False, repr=False, eq=False)  # written out: see pyrdmacm._record
-class Prediction(Record):
+@dataclass(frozen=True)
+class Prediction:
     """Where ``resolve_addr(dst, src)`` will land, and why."""
 
     dst: IPAddress
@@ -149,49 +91,6 @@ class Prediction(Record):
     warnings: Tuple[str, ...]
     reasoning: Tuple[str, ...]
     missing: Tuple[Missing, ...] = ()  #: what the host lacks (the prediction stops short there)
-
-    def __init__(self, dst: IPAddress, src_given: Optional[IPAddress], src: Optional[IPAddress], netdev: Optional[str],
-                 ifindex: Optional[int], route_netdev: Optional[str], route_ifindex: Optional[int],
-                 gateway: Optional[IPAddress], route_type: Optional["RouteType"], table: Optional[int],
-                 prefix: Optional[IPNetwork], bound_ifindex: int, device_chosen_at: str, network: str,
-                 next_hop: Optional[IPAddress], neighbour: Optional["NudState"], needs_neighbour_resolution: bool,
-                 candidates: Tuple[Candidate, ...], ipoib: Optional[IpoibStatus], warnings: Tuple[str, ...],
-                 reasoning: Tuple[str, ...], missing: Tuple[Missing, ...] = ()) -> None:
-        set_field(self, "dst", dst)
-        set_field(self, "src_given", src_given)
-        set_field(self, "src", src)
-        set_field(self, "netdev", netdev)
-        set_field(self, "ifindex", ifindex)
-        set_field(self, "route_netdev", route_netdev)
-        set_field(self, "route_ifindex", route_ifindex)
-        set_field(self, "gateway", gateway)
-        set_field(self, "route_type", route_type)
-        set_field(self, "table", table)
-        set_field(self, "prefix", prefix)
-        set_field(self, "bound_ifindex", bound_ifindex)
-        set_field(self, "device_chosen_at", device_chosen_at)
-        set_field(self, "network", network)
-        set_field(self, "next_hop", next_hop)
-        set_field(self, "neighbour", neighbour)
-        set_field(self, "needs_neighbour_resolution", needs_neighbour_resolution)
-        set_field(self, "candidates", candidates)
-        set_field(self, "ipoib", ipoib)
-        set_field(self, "warnings", warnings)
-        set_field(self, "reasoning", reasoning)
-        set_field(self, "missing", missing)
-
-    def _values(self) -> Tuple[Any, ...]:
-        return (self.dst, self.src_given, self.src, self.netdev, self.ifindex, self.route_netdev, self.route_ifindex,
-                self.gateway, self.route_type, self.table, self.prefix, self.bound_ifindex, self.device_chosen_at,
-                self.network, self.next_hop, self.neighbour, self.needs_neighbour_resolution, self.candidates,
-                self.ipoib, self.warnings, self.reasoning, self.missing)
-
-    def __repr__(self) -> str:
-        return ("%s(dst=%r, src_given=%r, src=%r, netdev=%r, ifindex=%r, route_netdev=%r, route_ifindex=%r, "
-                "gateway=%r, route_type=%r, table=%r, prefix=%r, bound_ifindex=%r, device_chosen_at=%r, "
-                "network=%r, next_hop=%r, neighbour=%r, needs_neighbour_resolution=%r, candidates=%r, ipoib=%r, "
-                "warnings=%r, reasoning=%r, missing=%r)"
-                % ((self.__class__.__qualname__,) + self._values()))
 
     @property
     def complete(self) -> bool:

@@ -24,7 +24,7 @@ import enum
 import errno
 from typing import Dict, FrozenSet, Mapping, NamedTuple, Optional, Tuple
 
-from .._enum import NamedIntEnum
+from ..abi.named import NamedIntEnum
 
 __all__ = ["IbCmState", "CmInput", "Transition", "TRANSITIONS", "REFUSALS", "ON_DESTROY", "QP_ATTR_STATES", "IbCmId",
            "after", "REJ_TIMEOUT", "REJ_INVALID_SERVICE_ID", "REJ_STALE_CONN", "REJ_CONSUMER_DEFINED"]

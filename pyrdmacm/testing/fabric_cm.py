@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Tuple
 
 from .. import abi
-from .._codec import CODECS
+from ..abi.codec import CODECS
 from ..addr import Address
 from ._ibcm import (ON_DESTROY, REJ_CONSUMER_DEFINED, REJ_INVALID_SERVICE_ID, REJ_STALE_CONN, IbCmId, IbCmState)
 from ._ibcm import CmInput as In

@@ -23,7 +23,7 @@ import ipaddress
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from .. import abi
-from .._codec import CODECS
+from ..abi.codec import CODECS
 from ..addr import AF_IB, AF_INET6, Address
 from ._ibcm import REJ_CONSUMER_DEFINED, IbCmState
 from ._ibcm import CmInput as In
@@ -34,7 +34,7 @@ from .fake_net import FakeDevice, FakeNet
 from .fake_transport import KernelCore, Machine
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..channel import EventChannel
+    from ..core.event_channel import EventChannel
 
 __all__ = ["FabricKernel", "FakeHost", "MAX_BACKLOG"]
 
@@ -393,7 +393,7 @@ class FakeHost:
 
     def channel(self) -> "EventChannel":
         """``EventChannel(host())``."""
-        from ..channel import EventChannel
+        from ..core.event_channel import EventChannel
 
         return EventChannel(self())
 

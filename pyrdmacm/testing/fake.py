@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-:class:`FakeKernel` is a :class:`~pyrdmacm._device.Transport` as
-:class:`~pyrdmacm._device.KernelDevice` is -- ``write``, ``fileno``, ``close``
+:class:`FakeKernel` is a :class:`~pyrdmacm.core.device.Transport` as
+:class:`~pyrdmacm.core.device.KernelDevice` is -- ``write``, ``fileno``, ``close``
 and the rest -- so an :class:`~pyrdmacm.EventChannel` cannot tell it from the device.
 ``write`` decodes the real ``rdma_ucm_cmd_hdr`` and command struct (with the
 codecs of :mod:`pyrdmacm.abi`), validates them the way ``ucma_write`` does

@@ -18,9 +18,10 @@ import ipaddress
 import struct
 from typing import Any, Dict, Optional, Tuple
 
-from .. import _structs, abi
-from .._codec import CODECS
-from .._device import write_to_address
+from ..abi import structs as _structs
+from .. import abi
+from ..abi.codec import CODECS
+from ..core.device import write_to_address
 from ..addr import AF_IB, AF_INET, AF_INET6, Address
 from ._ibcm import IbCmId, IbCmState
 from ._ibcm import CmInput as In

@@ -8,8 +8,8 @@ from __future__ import annotations
 import errno
 
 from .. import abi
-from .._codec import CODECS
-from .._device import write_to_address
+from ..abi.codec import CODECS
+from ..core.device import write_to_address
 from ..addr import AF_IB, AF_INET, Address
 from .fake_commands import in6
 from .fake_ids import IdContext, Membership, kernel_error, sockaddr_or_none

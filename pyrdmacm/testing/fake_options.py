@@ -12,8 +12,8 @@ import struct
 from typing import Any, Dict
 
 from .. import abi, kernel_rules
-from .._codec import CODECS
-from .._device import write_to_address
+from ..abi.codec import CODECS
+from ..core.device import write_to_address
 from ._ibcm import QP_ATTR_STATES, IbCmId
 from .fake_ids import IdContext, kernel_error
 from .fake_net import (ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, DEFAULT_TIMEOUT, HOP_LIMIT,

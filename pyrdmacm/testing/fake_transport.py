@@ -3,8 +3,8 @@ and the machine's tables of ids and fds.
 
 Theory of operation
 -------------------
-:class:`KernelCore` is a :class:`~pyrdmacm._device.Transport` as
-:class:`~pyrdmacm._device.KernelDevice` is -- ``write``, ``fileno``, ``close`` -- so that an
+:class:`KernelCore` is a :class:`~pyrdmacm.core.device.Transport` as
+:class:`~pyrdmacm.core.device.KernelDevice` is -- ``write``, ``fileno``, ``close`` -- so that an
 :class:`~pyrdmacm.EventChannel` cannot tell the two apart.  ``write`` decodes the real
 ``rdma_ucm_cmd_hdr``, validates it the way ``ucma_write`` does (same order, same errno) and
 hands the body to the command's handler, ``_cmd_<name>`` (the handlers are the fake
@@ -32,9 +32,10 @@ import time
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .. import _structs, abi, kernel_rules
-from .._codec import CODECS
-from .._device import write_to_address
+from ..abi import structs as _structs
+from .. import abi, kernel_rules
+from ..abi.codec import CODECS
+from ..core.device import write_to_address
 from ..errors import UsageError
 from ._ibcm import IbCmId, IbCmState
 from .fake_ids import FakeId, IdContext, Membership, Queued, kernel_error

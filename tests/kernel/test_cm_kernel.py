@@ -15,7 +15,7 @@ import pytest
 
 from behaviour import core, suite, suite_tests
 from cm_behaviour import World
-from pyrdmacm._device import KernelDevice
+from pyrdmacm.core.device import KernelDevice
 
 pytestmark = pytest.mark.kernel
 
@@ -56,7 +56,8 @@ def test_abi_version_comes_from_netlink_and_names_the_node(tmp_path):
     import os
     import stat
 
-    from pyrdmacm import _device, netlink
+    from pyrdmacm.core import device as _device
+    from pyrdmacm import netlink
     from pyrdmacm.errors import DeviceNodeError
 
     nl = _device.chardev_via_netlink()

@@ -12,7 +12,7 @@ import pytest
 
 from behaviour import connections, suite, suite_tests
 from conn_behaviour import Link
-from pyrdmacm._device import KernelDevice
+from pyrdmacm.core.device import KernelDevice
 
 pytestmark = pytest.mark.kernel
 

@@ -1,0 +1,232 @@
+"""The asyncio adapter's ``requests()``: the connection requests of a listener, as an async iterator.
+
+CONNECT_REQUEST events answer no call, so no wait takes them: the adapter hands each to
+the :class:`Requests` of its listener while an iterator reads it (else to get_event).
+Each ``Requests`` is also a waiter on the listener's uid that takes no event: the channel
+ends it when the listener is destroyed or migrated away, and the iterations end at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import TYPE_CHECKING, Any, AsyncIterator, Deque, Dict, Optional
+
+from .futures import in_loop
+from ..core.router import Waiter
+from ..errors import EventError, StateError
+from ..core.events import Event
+from ..state import State
+
+from ..core.event_channel import EventChannel
+from ..core.cmid import CmId
+
+__all__ = ["Requests", "RequestsOwner"]
+
+
+class Requests(Waiter):
+    """The connection requests of one listener, for its ``requests()`` iterators: the
+    CONNECT_REQUEST events not taken yet (not acked), and the iterators waiting."""
+
+    __slots__ = ("listener", "channel", "ready", "waiters", "users", "ended", "watching")
+
+    def __init__(self, listener: "CmId") -> None:
+        super().__init__({})
+        self.listener = listener
+        self.channel = listener.channel
+        #: a waiter on the listener's uid in the channel (the router drops it when it ends it)
+        self.watching = False
+        #: CONNECT_REQUEST events (or an exception to raise: the listener's failure event)
+        self.ready: Deque[Any] = deque()
+        self.waiters: "Deque[asyncio.Future[Optional[Event]]]" = deque()
+        #: the iterators reading it (it is dropped when the last one ends)
+        self.users = 0
+        self.ended = False
+
+    def put(self, item: Any) -> None:
+        """A request (or the listener's failure) to the oldest waiting iterator, else kept."""
+        waiters = self.waiters
+        while waiters:
+            w = waiters.popleft()
+            if not w.done():
+                if isinstance(item, BaseException):
+                    w.set_exception(item)
+                else:
+                    w.set_result(item)
+                return
+        self.ready.append(item)
+
+    def watch(self) -> None:
+        """Be told when the listener leaves the channel (a waiter on its uid)."""
+        if not self.watching and not self.ended:
+            self.channel.expect(self.listener.uid, self)
+            self.watching = True
+
+    def end(self, uid: int = 0, error: Optional[BaseException] = None) -> None:
+        """The listener is gone (destroyed, migrated away, the channel closed), or reading
+        failed (``error``: the iterators raise it, and may read again)."""
+        if uid:
+            self.watching = False  # the router let go of it
+        listener = self.listener
+        if error is None or listener.state is State.DESTROYED or listener.channel is not self.channel:
+            self.ended = True
+            error = None
+        waiters = list(self.waiters)
+        self.waiters.clear()
+        for w in waiters:
+            if not w.done():  # the listener may have been destroyed in another thread
+                in_loop(w.get_loop(), _settle, w, error)
+
+
+def _settle(w: "asyncio.Future[Optional[Event]]", error: Optional[BaseException]) -> None:
+    if not w.done():
+        if error is None:
+            w.set_result(None)
+        else:
+            w.set_exception(error)
+
+
+class RequestsOwner:
+    """The part of the asyncio adapter that hands out connection requests."""
+
+    channel: "EventChannel"
+    _loop: Optional[asyncio.AbstractEventLoop]
+    _closed: Optional[str]
+    _requests: Dict[int, Requests]
+    _queue: Deque[Event]
+
+    if TYPE_CHECKING:  # pragma: no cover
+        def _ours(self, what: str, cm_id: Any) -> asyncio.AbstractEventLoop: ...
+
+        def _start(self) -> asyncio.AbstractEventLoop: ...
+
+        def _to_get_event(self, ev: Event) -> None: ...
+
+    def requests(self, listener: "CmId") -> AsyncIterator["CmId"]:
+        """The ids of the connection requests to ``listener`` (its CONNECT_REQUEST events), as
+        they come: ``async for req in ach.requests(lst): await ach.accept(req, ...)``.
+
+        Each event is acked when its id is yielded (``req.request`` is the event: the peer's
+        ConnParam, ``req.query_addr()`` its address).  Requests that came before the
+        iteration started (queued for :meth:`get_event`) are yielded first; those that come
+        while the body runs wait for the next step; several iterators of one listener share
+        its requests.  The iteration ends when the listener is destroyed (at once, from any
+        thread) or the channel is closed; the listener's failure event (DEVICE_REMOVAL)
+        raises EventError.  A cancelled step loses nothing: when the iterator ends (its
+        ``aclose()``, a ``break`` or a cancel), the requests it did not yield go back to
+        :meth:`get_event`.  The listener must be listening (StateError)."""
+        self._ours("requests", listener)
+        if listener.state is not State.LISTEN:
+            raise StateError("requests needs a listening id (state LISTEN), this one is %s (uid %d): call "
+                             "listen() first" % (listener.state, listener.uid))
+        return self._iterate(listener)
+
+    async def _iterate(self, listener: "CmId") -> AsyncIterator["CmId"]:
+        rq = self._attach(listener)
+        try:
+            while True:
+                ev = await self._next_request(rq)
+                if ev is None:
+                    return
+                try:
+                    ev.ack()
+                except StateError:  # acked by the user already
+                    pass
+                yield ev.id
+        finally:
+            self._detach(rq)
+
+    def _attach(self, listener: "CmId") -> Requests:
+        rq = self._requests.get(listener.uid)
+        if rq is None:
+            rq = self._requests[listener.uid] = Requests(listener)
+            queue = self._queue
+            if queue:  # requests read before anybody iterated: they are the iterator's now
+                others = [ev for ev in queue if ev.listen_id is not listener]
+                if len(others) != len(queue):
+                    rq.ready.extend(ev for ev in queue if ev.listen_id is listener)
+                    queue.clear()
+                    queue.extend(others)
+        rq.users += 1
+        rq.watch()  # ended when the listener leaves the channel
+        return rq
+
+    def _detach(self, rq: Requests) -> None:
+        rq.users -= 1
+        if rq.users > 0:
+            return
+        uid = rq.listener.uid
+        if self._requests.get(uid) is rq:
+            del self._requests[uid]
+        if rq.watching:
+            rq.watching = False
+            self.channel.forget(uid, rq)
+        left = [ev for ev in rq.ready if not isinstance(ev, BaseException)]
+        rq.ready.clear()
+        if self._closed is None:
+            for ev in left:  # not yielded: not lost
+                self._to_get_event(ev)
+
+    async def _next_request(self, rq: Requests) -> Optional[Event]:
+        """The next request of ``rq`` (None: the iteration ends)."""
+        if rq.ready:
+            item = rq.ready.popleft()
+            if isinstance(item, BaseException):
+                raise item
+            return item  # type: ignore[no-any-return]
+        if rq.ended or self._closed is not None or rq.listener.state is State.DESTROYED:
+            return None
+        loop = self._loop
+        if loop is None or loop.is_closed():  # reading stopped (a fault): start again
+            try:
+                loop = self._start()
+            except StateError:
+                if self._closed is None:
+                    raise
+                return None
+            rq.watch()  # a fault ended the router's wait: again
+        fut: asyncio.Future[Optional[Event]] = loop.create_future()
+        rq.waiters.append(fut)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            try:
+                rq.waiters.remove(fut)
+            except ValueError:
+                pass
+            if fut.done() and not fut.cancelled() and fut.exception() is None and fut.result() is not None:
+                rq.ready.appendleft(fut.result())  # given to us as we were cancelled: not lost
+            raise
+
+    def _to_requests(self, ev: Event) -> bool:
+        """A CONNECT_REQUEST to its listener's iterators; a listener's failure event
+        (DEVICE_REMOVAL) ends them with EventError.  False: it goes to get_event."""
+        listener = ev.listen_id
+        if listener is not None:
+            rq = self._requests.get(listener.uid)
+            if rq is None:
+                return False
+            rq.put(ev)  # acked when an iterator takes it
+            return True
+        rq = self._requests.get(ev.id.uid)
+        if rq is None or ev.ok or ev.membership is not None:
+            return False
+        try:
+            ev.ack()
+        except StateError:
+            pass
+        rq.put(EventError(ev, "LISTEN"))
+        return True
+
+    def _end_requests(self, error: Optional[BaseException]) -> None:
+        """Reading stopped: ``error`` None (the channel was closed: the iterations end, their
+        requests with them), else the iterators raise it and may read again."""
+        requests = list(self._requests.values())
+        if error is None:
+            self._requests.clear()
+            for rq in requests:
+                rq.ready.clear()
+                rq.end()
+        else:
+            for rq in requests:
+                rq.end(0, error)

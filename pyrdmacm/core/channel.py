@@ -1,0 +1,583 @@
+"""A channel's engine: one rdma_cm fd, its registry of ids, the events read from it, and
+the waits for them.  :class:`~pyrdmacm.core.event_channel.EventChannel` (which makes ids on it) is
+this :class:`Channel` of :class:`~pyrdmacm.CmId` ids; a sync id's private channel is a
+plain ``Channel``.  This module knows the ids only by what it calls on them, so that the
+ids' module can stand below the channel's.
+
+Theory of operation
+-------------------
+A channel is one open rdma_cm fd (``rdma_create_event_channel``) and the registry of the
+event sinks on it: ``uid -> id``, the uid being what the kernel echoes in each event of the
+id (unique in the process: :data:`pyrdmacm.core.process.next_uid`).  A connection request's id
+is not in the registry until it is accepted (the kernel queues no event for it before).
+
+Every command is one ``write()`` of the transport (the fd owner's); commands that have a
+reply name one of the channel's :class:`~pyrdmacm.core.device.ReplyBuffer` objects.  Events are
+read by one reader at a time: a GET_EVENT on the non-blocking fd, and a wait on the
+channel's :class:`~pyrdmacm.core.poll.Poller` while nothing is queued; a second concurrent
+reader is refused with :class:`~pyrdmacm.errors.StateError`.  The id an event names moves
+as :mod:`pyrdmacm.state` says.  An event that answers a pending wait (:meth:`Channel.expect`)
+is given to it there, and counts as acknowledged (:mod:`pyrdmacm.core.router`); ``get_event``
+returns the others.
+
+Faults have defined outcomes.  ``close()`` from another thread wakes a reader
+blocked in ``get_event`` (through the channel's :class:`~pyrdmacm.core.poll.Waker`),
+which raises StateError.  An fd closed behind the channel's back (EBADF,
+POLLNVAL) is a StateError too.  A signal during a wait runs its handler and the
+wait goes on with the time left; a handler that raises ends the wait, and the
+channel stays usable.  A forked child may not use its parent's channel (the fd,
+the ids and their events are the parent's): every call raises StateError before
+any syscall, and its ``close()`` only closes its own copies of the fds.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import time
+import weakref
+from collections import deque
+from typing import Any, Deque, Dict, Generic, Iterator, List, Optional, Tuple, TypeVar, overload
+
+from . import device as _device, process as _process, poll as _wait
+from .. import abi, wire
+from .device import KernelDevice, ReplyBuffer, Transport
+from .poll import Waker, timeout_seconds
+from .router import Router
+from .waits import _ROUTED, Waiting
+from .membership import Membership
+from ..errors import KernelError, StateError, UsageError
+from .events import _TYPES, _UNPACK_EVENT, EVENT_RESP_SIZE, Event
+from ..state import State
+
+_get_ident = threading.get_ident
+_main_thread = threading.main_thread
+_READY = _wait.READY
+
+__all__ = ["Channel"]
+
+#: the class of the ids on the channel (CmId: see pyrdmacm.core.event_channel)
+_Id = TypeVar("_Id")
+_Self = TypeVar("_Self", bound="Channel[Any]")
+
+E = abi.CmEventType
+_CONNECT_REQUEST = E.CONNECT_REQUEST
+_DISCONNECTED = E.DISCONNECTED
+_DESTROYED = State.DESTROYED
+_monotonic = time.monotonic
+_UNSET = object()  # a read's deadline before it first needs one
+NO_ECE = (0, 0)  # the ece of nearly every event, shared: one allocation less per event
+_GET_EVENT = wire.COMMAND["GET_EVENT"]
+_DISCONNECT = wire.DISCONNECT
+_NOTHING = object()
+
+
+class Channel(Waiting, Generic[_Id]):
+    """One rdma_cm fd: ``fileno()`` for select/poll, ``get_event()`` to read events.
+
+    ``Channel()`` opens the kernel device; ``Channel(transport)`` uses any
+    :class:`~pyrdmacm.core.device.Transport` (the fake kernel of :mod:`pyrdmacm.testing`).
+    """
+
+    def __init__(self, transport: Optional[Transport] = None, *, legacy: Optional[bool] = None) -> None:
+        # the waker first: if the fds run out, nothing is left open
+        if transport is not None:
+            _device.check_transport(transport)
+        try:
+            self._waker = Waker()
+        except BaseException:
+            if transport is not None:
+                transport.close()  # the channel owns its transport: on failure too
+            raise
+        try:
+            self._t: Transport = transport if transport is not None else KernelDevice()
+        except BaseException:
+            self._waker.close()
+            raise
+        #: the one way a command reaches the kernel: the transport's write (the fd owner's)
+        self._write = self._t.write
+        #: the reader's write (GET_EVENT), made holding the reader guard: the device's own
+        #: uncounted write where it has one (the guard counts the reader in: the fds are
+        #: released only by whoever holds it, see close())
+        self._read_write = getattr(self._t, "guarded_write", None) or self._t.write
+        #: the registry: uid -> the id its events are for
+        self._ids: Dict[int, Any] = {}
+        #: multicast memberships (their events carry the membership's own uid)
+        self._mcs: Dict[int, Membership] = {}
+        #: requests' ids handed out and not registered (uid 0 until ACCEPT): close() marks
+        #: them destroyed too (the kernel destroys them with the fd)
+        self._unanswered: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        #: answer every DISCONNECTED with DISCONNECT (the DREP of a peer's DREQ: its disconnect
+        #: completes at once instead of retrying until its DREQ times out)
+        self.answer_disconnect = True
+        self._cmd_lock = threading.Lock()
+        #: the one-reader rule's guard (see :meth:`_busy`)
+        self._reader_slot = [True]
+        #: the thread id of a reader waiting in get_event (named in the refusal of a second one)
+        self._reader: Optional[int] = None
+        #: the waits for events of this channel's ids (:meth:`expect`): uid -> waiter
+        self._waits = Router()
+        #: events a :meth:`wait` read that nobody waited for: get_event's first
+        self._queued: Deque[Event[Any]] = deque()
+        #: ids destroyed while a reader held the guard: an event it had read already still finds
+        #: its id here (emptied when the reader lets go; see :meth:`pyrdmacm.core.life.Lifecycle.destroy`)
+        self._grave: Dict[int, Any] = {}
+        self._pid = os.getpid()
+        #: the opening process's id while the channel is open, 0 once closed: every call
+        #: checks "open, and not a forked child" with one comparison (``_live != PID``)
+        self._live = self._pid
+        #: a sync id's private channel: a read waits first (its event is rarely there yet)
+        self._wait_first = False
+        #: the last look of get_event / get_events found the queue empty (EAGAIN): their next
+        #: call waits first (a batch's EAGAIN after events does not count)
+        self._drained = False
+        #: the pollers of the main thread's waits (the signal pipe too) and of the others
+        #: made at the first wait of each
+        self._main_poller: Optional[_wait.Poller] = None
+        self._poller: Optional[_wait.Poller] = None
+        self.closed = False
+        self._create_replies: List[ReplyBuffer] = [ReplyBuffer(wire.COMMAND["CREATE_ID"].out)]
+        self._destroy_replies: List[ReplyBuffer] = [ReplyBuffer(wire.COMMAND["DESTROY_ID"].out)]
+        # every QUERY's reply fits (the kernel writes up to the command's ``out``)
+        self._r_query = ReplyBuffer(max(wire.COMMAND[name].out for name in wire.QUERY_REPLIES))
+        self._r_event = ReplyBuffer(EVENT_RESP_SIZE)
+        self._event_view = self._r_event.view
+        self._b_get_event = _GET_EVENT.encode(self._r_event.address)
+        #: (what the caller passed as dst, its Address, the command's bytes after id and
+        #: timeout_ms): many ids resolving one destination parse and pack it once
+        self._packed_dst: Tuple[Any, Any, bytes] = (_NOTHING, None, b"")
+        #: Use BIND_IP / RESOLVE_IP / QUERY_ROUTE (kernels before 3.11) instead of BIND / RESOLVE_ADDR / QUERY.
+        self.legacy = bool(self._t.legacy if legacy is None else legacy)
+
+    # -- fd
+    def fileno(self) -> int:
+        """The fd, for select/poll/epoll or an event loop's add_reader: readable when an event
+        is queued (then get_event(0) returns it)."""
+        return self._t.fileno()
+
+    def close(self) -> None:
+        """Close the fd; the kernel destroys every id still on it."""
+        if self.closed:
+            return
+        self.closed = True
+        self._live = 0
+        if os.getpid() == self._pid:
+            for cm_id in list(self._ids.values()) + [c for c in list(self._unanswered) if not c.uid]:
+                cm_id._closed()
+            self._ids.clear()
+            self._unanswered.clear()
+            for m in list(self._mcs.values()):
+                getattr(m.id, "_mcs", {}).pop(m.uid, None)
+            self._mcs.clear()
+            self._queued.clear()
+            self._waits.end_all(StateError("the channel was closed (by close()): the kernel destroyed its ids"))
+        self._waker.signal()  # wake a waiting reader: it raises "closed" (never a forked child's)
+        if os.getpid() != self._pid:  # a forked child closes its own copies: it has no reader
+            self._release()
+            return
+        try:
+            self._reader_slot.pop()  # taken for good: a closed channel has no reader
+        except IndexError:
+            return  # a reader holds the guard: it releases the fds as it gives the guard back
+        self._release()
+
+    def _release(self) -> None:
+        """Close the device and the waker: the fd is released now, or by the last command
+        write in flight (the device counts those); the reader's writes are counted by the
+        reader guard, which whoever releases holds."""
+        try:
+            self._t.close()
+        finally:
+            self._waker.close()
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            if not self.closed and os.getpid() == self._pid:
+                self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return "<%s fd=%s ids=%d%s>" % (
+            type(self).__name__, "closed" if self.closed else self._t.fileno(),
+            len(self._ids),
+            " legacy" if self.legacy else "",
+        )
+
+    # -- commands
+    def _check(self) -> None:
+        if self.closed:
+            raise StateError("the event channel is closed")
+        if _process.PID != self._pid:
+            raise StateError(
+                "this event channel was opened by process %d, and process %d is a forked child: "
+                "the fd is shared with the parent, whose ids and events it holds; open a new "
+                "EventChannel in the child" % (self._pid, os.getpid())
+            )
+
+    def submit(self, data: bytes, command: str = "command", **ctx: Any) -> None:
+        """Write one command; a refusal raises :class:`KernelError` with the real errno and
+        ``ctx`` (the addresses involved: ``src=``, ``dst=``)."""
+        try:
+            n = self._write(data)
+        except OSError as e:
+            raise self._refused(e, command, ctx) from None
+        if n != len(data):
+            raise self._short(n, data, command)
+
+    def _refused(self, e: OSError, command: str, ctx: Dict[str, Any]) -> Exception:
+        """The exception for a write the kernel refused."""
+        if self.closed:
+            return StateError("the event channel is closed")
+        if e.errno == errno.EBADF:
+            return _device.fd_closed_behind()
+        return KernelError(e.errno or errno.EIO, command, **ctx)
+
+    @staticmethod
+    def _short(n: int, data: bytes, command: str) -> Exception:
+        return KernelError(errno.ENODATA, command, hint="short write (%d of %d bytes)" % (n, len(data)))
+
+    # -- events
+    @overload
+    def get_event(self, timeout: None = None) -> Event[_Id]: ...
+
+    @overload
+    def get_event(self, timeout: Optional[float] = None, _count: bool = True, _burst: bool = False,
+                  _held: bool = False) -> Optional[Event[_Id]]: ...
+
+    def get_event(self, timeout: Optional[float] = None, _count: bool = True, _burst: bool = False,
+                  _held: bool = False) -> Optional[Event[_Id]]:
+        """The next event (GET_EVENT): ``rdma_get_cm_event``; None when none came within
+        ``timeout`` seconds (None: wait for ever; 0: only look).
+
+        Waiting for ever (``timeout`` None), it returns an event, or raises.  The event's id
+        has moved already (its ``state``); acknowledge it with ``event.ack()``
+        (``rdma_ack_cm_event``: destroy() warns of events left unacked).  An event that
+        answers a pending wait (:meth:`expect`) goes to that wait instead.  One reader at a
+        time: a second thread's call raises StateError.  ``close()`` from another thread
+        ends a wait with StateError; a signal's handler runs as the signal comes and the wait
+        goes on, unless the handler raises.  A wait in the main thread gives
+        ``signal.set_wakeup_fd`` a pipe of its own while it waits (so that no signal waits for
+        the next event), and hands what it read on to the fd set before."""
+        # The one read of every reader.  get_events and wait() call it holding the reader guard
+        # (``_held``: they look at the queue of kept events themselves); ``_burst`` reads the
+        # rest of a burst, which ends at the first EAGAIN or a fault (None; a burst's EAGAIN is
+        # no empty look); without ``_count`` an event is acknowledged as it is read.
+        #
+        # A GET_EVENT on the non-blocking fd, and a wait while nothing is queued, until
+        # ``timeout``; the event decoded, its id found and moved (the life module's rows), the
+        # event made, and given to the wait it answers, if any (then the next is read, within
+        # the time left).  A read that follows a look which found the queue empty waits first,
+        # as does a sync id's private channel (its event is almost never there right after its
+        # command), as librdmacm's blocking read does, instead of a GET_EVENT that can only say
+        # EAGAIN.
+        if timeout is not None and (timeout.__class__ is not int or timeout < 0):
+            timeout = timeout_seconds(timeout)
+        if not _held:
+            if self._live != _process.PID:
+                self._check()
+            try:  # the one-reader guard, only tried (see _busy)
+                self._reader_slot.pop()
+            except IndexError:
+                raise self._busy() from None
+        try:
+            if self._queued and not _held:
+                return self._queued.popleft()
+            deadline: Any = _UNSET
+            if (self._drained or self._wait_first) and timeout != 0:
+                deadline = None if timeout is None else _monotonic() + timeout
+                if not self._wait_readable(deadline):
+                    return None
+                self._drained = False
+            write, data, view, ids, waits = self._read_write, self._b_get_event, self._event_view, self._ids, self._waits
+            while True:
+                try:
+                    write(data)
+                except BlockingIOError:
+                    if _burst:
+                        return None
+                    self._drained = True
+                    if timeout == 0:
+                        return None  # only looking: nothing queued
+                    if deadline is _UNSET:
+                        deadline = None if timeout is None else _monotonic() + timeout
+                    if not self._wait_readable(deadline):
+                        return None
+                    continue
+                except OSError as e:
+                    if _burst:
+                        return None  # the next call reports it
+                    raise self._read_fault(e) from None
+                uid, handle, number, status, raw, vid, mod = _UNPACK_EVENT(view)
+                cm_id = ids.get(uid)
+                waited = uid in waits
+                event: Any = None
+                if cm_id is not None:
+                    try:  # a waited event is not counted: its wait takes it, or it counts below
+                        ev = cm_id._on_event(number, _count and not waited)
+                    except KeyError:  # an event with effects, or a number the table does not know
+                        pass
+                    else:
+                        event = Event(ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE)
+                        if not waited:
+                            return event  # type: ignore[no-any-return]
+                        if not waits.route(uid, event):
+                            if _count:
+                                cm_id._counted()
+                            return event  # type: ignore[no-any-return]
+                if event is None:
+                    event = self._dispatch(uid, handle, number, status, raw, (vid, mod) if vid or mod else NO_ECE)
+                    if event is not None:  # counted
+                        if not (waited and waits.route(uid, event)):
+                            if not _count:
+                                event.ack()
+                            return event  # type: ignore[no-any-return]
+                        event.ack()
+                # given to the wait it answers: a caller that holds the guard (get_events, wait())
+                # is told (_ROUTED: it looks at its waits, and reads on or not); or dropped (its id
+                # destroyed meanwhile, or a group left).  Then the next, within the time left: a
+                # look (timeout 0) reads on past the events it routes, and never for ever (a stream
+                # of dropped events ends it); a close() from another thread ends it too (the fd
+                # stays open until this reader is out)
+                if _held and event is not None:
+                    return _ROUTED  # type: ignore[no-any-return]
+                if self.closed:
+                    raise StateError("the event channel was closed (by another thread) while reading events")
+                if timeout is not None and (timeout or event is None):
+                    if deadline is _UNSET:
+                        deadline = _monotonic() + timeout
+                    elif _monotonic() >= deadline:
+                        return None
+        finally:
+            if not _held:
+                if self._grave or self.closed:
+                    self._let_go()
+                else:
+                    self._reader_slot.append(True)
+
+    def get_events(self, max_events: int = 64, timeout: Optional[float] = 0, *, ack: bool = False) -> List[Event[_Id]]:
+        """Up to ``max_events`` queued events in one call (a GET_EVENT each), waiting ``timeout``
+        seconds for the first (0, the default: only look; None: for ever); with ``ack=True``
+        each is acknowledged as it is read.  Events that answer a pending wait go to it and
+        are not counted."""
+        if self._live != _process.PID:
+            self._check()
+        if max_events.__class__ is not int or max_events < 1:
+            raise UsageError("max_events must be an int >= 1, got %r" % (max_events,))
+        if timeout is not None and (timeout.__class__ is not int or timeout < 0):
+            timeout = timeout_seconds(timeout)
+        slot = self._hold()
+        count = not ack
+        out: List[Event[_Id]] = []
+        try:
+            queued = self._queued
+            while queued and len(out) < max_events:
+                ev = queued.popleft()
+                if ack:
+                    ev.ack()
+                out.append(ev)
+            read = self.get_event
+            if not out:
+                deadline = _monotonic() + timeout if timeout else None
+                first = read(timeout, count, False, True)
+                while first is _ROUTED:  # given to a waiter: the next, within the time left
+                    first = read(timeout if deadline is None else max(0.0, deadline - _monotonic()), count, False, True)
+                if first is None:
+                    return out
+                out.append(first)
+            while len(out) < max_events:
+                more = read(0, count, True, True)
+                if more is None:
+                    break  # drained (a burst's end, not an empty look)
+                if more is not _ROUTED:
+                    out.append(more)
+            return out
+        finally:
+            if self._grave or self.closed:
+                self._let_go()
+            else:
+                slot.append(True)
+
+    def _hold(self) -> List[bool]:
+        """Take the one-reader guard (StateError if another thread reads): the slot to give
+        back.  get_event, the hot one, takes it inline."""
+        slot = self._reader_slot
+        try:
+            slot.pop()
+        except IndexError:
+            raise self._busy() from None
+        return slot
+
+    def _let_go(self) -> None:
+        """Give the reader guard back, when there is something to do as well: ids destroyed
+        while it was held can have no event read any more (the grave empties); after a
+        close() that found the guard held, whoever takes it back releases the fds."""
+        if self._grave:
+            self._grave.clear()
+        slot = self._reader_slot
+        slot.append(True)
+        if self.closed:
+            try:
+                slot.pop()
+            except IndexError:
+                return  # close() took it: close() releases them
+            self._release()
+
+    def _read_fault(self, e: OSError) -> Exception:
+        """What a refused GET_EVENT means."""
+        if self.closed:
+            return StateError("the event channel was closed while waiting")
+        if e.errno == errno.EBADF:
+            return _device.fd_closed_behind()
+        return KernelError(e.errno or errno.EIO, "GET_EVENT")
+
+    def _busy(self) -> StateError:
+        """The refusal of a second reader.  The one-reader guard (``_reader_slot``) is a
+        one-slot list, only tried: list.pop and append are atomic, and under emulation a
+        threading.Lock round trip costs as much as the GET_EVENT it guards."""
+        reader = self._reader
+        return StateError(
+            "another thread is already reading events from this channel%s; "
+            "read events from one thread and hand them out" % (" (thread %s)" % reader if reader else "")
+        )
+
+    def _wait_readable(self, deadline: Optional[float]) -> bool:
+        """Wait until the fd is readable (True) or ``deadline`` (``time.monotonic()``; None:
+        never) has passed (False): the one wait of every reader.  In the main thread the
+        signal pipe is armed around it (see :mod:`pyrdmacm.core.poll`)."""
+        me = _get_ident()
+        main = me == _main_thread().ident
+        poller = self._main_poller if main else self._poller
+        if poller is None:
+            poller = self._new_poller(main)
+        self._reader = me  # named in the refusal of a second reader
+        pipe = poller.signals
+        old = pipe.arm() if pipe is not None else -1
+        try:
+            while True:
+                if deadline is None:
+                    wait_ms = -1
+                else:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    wait_ms = max(1, int(left * 1000 + 0.999))
+                # A signal during poll(): Python runs its handler and polls again with the time
+                # left (PEP 475); one just before poll() wrote to the signal pipe, and its
+                # handler runs as this loop goes on; a handler that raises ends the wait with
+                # its exception, and the channel stays usable (the finally of get_event
+                # releases the reader).  The call to poller.wait, a Python function, is where
+                # the handler of a signal that came before the arming runs.
+                try:
+                    got = poller.wait(wait_ms)
+                except (ValueError, OSError, UsageError):
+                    if self.closed:
+                        raise StateError("the event channel was closed while waiting") from None
+                    raise
+                if self.closed:
+                    raise StateError("the event channel was closed (by another thread) while waiting for an event")
+                if got is _READY:
+                    return True
+                if pipe is not None and got is _wait.SIGNALLED:
+                    pipe.drain(old)
+                    continue
+                if got is _wait.GONE:
+                    raise _device.fd_closed_behind()
+                if got is _wait.WOKEN:  # a wait ended by destroy(): the caller looks at it
+                    self._waker.drain()
+                    return True
+        finally:
+            self._reader = None
+            if pipe is not None:
+                pipe.disarm(old)
+
+    def _new_poller(self, main: bool) -> _wait.Poller:
+        """The poller of the main thread's waits (``main``: with the signal pipe, when the
+        process has an fd for it) or of the others'."""
+        try:
+            poller = _wait.Poller(self._t.fileno(), self._waker.fd, _wait.signal_pipe() if main else None)
+        except (ValueError, OSError, UsageError):
+            if self.closed:
+                raise StateError("the event channel was closed while waiting") from None
+            raise
+        if main:
+            self._main_poller = poller
+        else:
+            self._poller = poller
+        return poller
+
+    def _dispatch(self, uid: int, handle: int, number: int, status: int, raw: bytes,
+                  ece: Tuple[int, int]) -> Optional[Event[_Id]]:
+        """The event of ``uid`` the read's own row did not take, counted as not acknowledged:
+        one that does more than move its id (a connection request, the peer's DREQ), a
+        membership's, one of an unknown type, or one of an id destroyed while this reader
+        held it (the kernel counted it in events_reported: it is still the caller's).  None:
+        dropped (a group left meanwhile)."""
+        cm_id = self._ids.get(uid)
+        ev = _TYPES.get(number, number)
+        membership = None
+        if cm_id is None:
+            membership = self._mcs.get(uid)
+            if membership is None:
+                cm_id = self._grave.get(uid)
+                if cm_id is None:
+                    return None  # a group left meanwhile: its events are dropped
+            else:
+                cm_id = membership.id
+        if ev is _CONNECT_REQUEST:
+            # a request read before its listener's DESTROY_ID returned is handed out too: its
+            # id is the caller's to accept, reject or destroy (else the peer waits unanswered)
+            new = cm_id._spawn(self, handle)
+            self._unanswered.add(new)
+            request: Event[_Id] = new._requested(Event(ev, status, new, handle, raw, ece, cm_id, None))
+            return request
+        cm_id._on_event_with_effects(ev)
+        if ev is _DISCONNECTED and self.answer_disconnect and cm_id._state is not _DESTROYED:
+            cm_id._answer_dreq()
+        return Event(ev, status, cm_id, handle, raw, ece, None, membership)
+
+    def _private(self) -> "Channel[_Id]":
+        """A new channel on the same device, for one sync id (librdmacm's private channel)."""
+        reopen = getattr(self._t, "reopen", None)
+        if reopen is None:
+            raise UsageError("this channel's transport cannot open a second fd (no reopen()): a sync id "
+                             "needs a channel of its own")
+        ch: Channel[_Id] = Channel(reopen(), legacy=self.legacy)
+        ch._wait_first = True
+        return ch
+
+    def events(self, timeout: Optional[float] = None) -> Iterator[Event[_Id]]:
+        """Iterate over events until none arrives within ``timeout``."""
+        while True:
+            ev = self.get_event(timeout)
+            if ev is None:
+                return
+            yield ev
+
+    def _register(self, cm_id: Any) -> int:
+        """Give a connection request's id (uid 0, not registered) a fresh uid and register it:
+        what ACCEPT needs (the kernel queues the id's events under the uid ACCEPT carries)."""
+        if cm_id.uid:
+            raise StateError("id uid %d is registered already" % cm_id.uid)
+        if cm_id.channel is not self:
+            raise UsageError("%r is not an id of this channel" % (cm_id,))
+        uid = cm_id.uid = _process.next_uid()
+        self._ids[uid] = cm_id
+        return uid
+
+    def _unregister(self, cm_id: Any) -> None:
+        """Undo :meth:`_register` (the ACCEPT it was for did not go through)."""
+        self._ids.pop(cm_id.uid, None)
+        cm_id.uid = 0
+
+    @property
+    def ids(self) -> List[_Id]:
+        """The ids whose events this channel reads."""
+        return list(self._ids.values())

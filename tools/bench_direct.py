@@ -11,12 +11,22 @@ import struct
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+# this checkout's package, unless one is importable already (tools/bench_instructions.py puts
+# another revision's first, to measure it on the same path)
+try:
+    import pyrdmacm  # noqa: F401
+except ImportError:
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from pyrdmacm.abi import structs as _structs
 from pyrdmacm import abi  # noqa: E402
-from pyrdmacm.abi.codec import CODECS  # noqa: E402
-from pyrdmacm.core.device import KernelDevice  # noqa: E402
+try:
+    from pyrdmacm.abi import structs as _structs  # noqa: E402
+    from pyrdmacm.abi.codec import CODECS  # noqa: E402
+    from pyrdmacm.core.device import KernelDevice  # noqa: E402
+except ImportError:  # a revision before the floor plan (#36), measured as a baseline
+    from pyrdmacm import _structs  # type: ignore  # noqa: E402
+    from pyrdmacm._codec import CODECS  # type: ignore  # noqa: E402
+    from pyrdmacm._device import KernelDevice  # type: ignore  # noqa: E402
 
 
 class NullDevice(KernelDevice):
@@ -28,7 +38,10 @@ class NullDevice(KernelDevice):
 
     def _open(self):
         self.fd = self._fd = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-        self._slot.append(self._fd)
+        if hasattr(self, "_slot"):
+            self._slot.append(self._fd)
+        else:  # an older revision's device keeps its number apart
+            self._number = self._fd
         st = os.fstat(self._fd)
         self._ident = (st.st_dev, st.st_ino, st.st_rdev)
 

@@ -303,10 +303,10 @@ class Rules:
 
     ``calls[call][state]`` is where ``call`` leads (a state missing: illegal there);
     ``events[number][state]`` is ``(event type, state after)`` for the event the kernel
-    numbers so, every state included (an event with no row leaves the state alone), but
-    for :data:`EVENTS_WITH_EFFECTS`: those, and numbers unknown here, are for
-    :func:`after_event` and the channel.  Both are :data:`TRANSITIONS`, re-keyed: one
-    lookup per call or event, no key to build."""
+    numbers so, every state included (an event with no row leaves the state alone), or
+    None for :data:`EVENTS_WITH_EFFECTS`: those, and numbers unknown here (no row), are
+    for :func:`after_event` and the channel.  Both are
+    :data:`TRANSITIONS`, re-keyed: one lookup per call or event, no key to build."""
 
     __slots__ = ("ps", "qp_type", "kind", "calls", "events")
 
@@ -319,9 +319,9 @@ class Rules:
         }
         if qp_type == QpType.UC:  # the ACK timeout is an RC QP's: the kernel refuses it for UC (EINVAL)
             self.calls[Call.SET_ACK_TIMEOUT] = {}
-        self.events: Dict[int, Dict[State, Tuple[E, State]]] = {
-            int(ev): {st: (ev, after_event(kind, st, ev)) for st in State
-                      if st not in EVENTS_WITH_EFFECTS.get(ev, ())}
+        self.events: Dict[int, Dict[State, Optional[Tuple[E, State]]]] = {
+            int(ev): {st: None if st in EVENTS_WITH_EFFECTS.get(ev, ()) else (ev, after_event(kind, st, ev))
+                      for st in State}
             for ev in E
         }
 

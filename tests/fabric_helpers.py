@@ -92,7 +92,7 @@ def accept(ch: EventChannel, cm: CmId, qp_num: int = 0, private_data: bytes = b"
            ece: Tuple[int, int] = (0, 0)) -> int:
     """ACCEPT written as bytes (the library has no accept() yet).  With valid=1 on a request's
     id it registers the id under the uid the command carries, as accept() will: the
-    ``ch._ids[uid] = id; id.uid = uid`` and ``_state`` lines are a stand-in until then."""
+    ``ch.registry.ids[uid] = id; id.uid = uid`` and ``_state`` lines are a stand-in until then."""
     if uid is None:
         uid = _process.next_uid() if valid else 0
     n = len(private_data) if pd_len is None else pd_len
@@ -100,7 +100,7 @@ def accept(ch: EventChannel, cm: CmId, qp_num: int = 0, private_data: bytes = b"
                             flow_control, 0, rnr_retry_count, valid, cm.handle, 0, ece[0], ece[1]), "ACCEPT")
     if valid and cm.state is State.REQUEST:
         if uid:
-            ch._ids[uid] = cm  # stand-in for the library's accept()
+            ch.registry.ids[uid] = cm  # stand-in for the library's accept()
             cm.uid = uid
         cm._state = State.CONNECTED if cm.kind.value == "datagram" else State.CONNECT
     return uid

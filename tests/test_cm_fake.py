@@ -165,10 +165,10 @@ def test_a_request_id_registered_under_a_fresh_uid_gets_its_events():
         kernel.incoming_request(listener.handle)
         req = ch.get_event(1)
         new = req.id
-        uid = ch._register(new)
+        uid = ch.registry.register(new, ch)
         assert new.uid == uid and uid not in (0, listener.uid) and set(ch.ids) == {listener, new}
         with pytest.raises(StateError):
-            ch._register(new)
+            ch.registry.register(new, ch)
         kernel.inject_event(new.handle, E.ESTABLISHED, uid=uid)
         ev = ch.get_event(1)
         # delivered; the state stays: only an accept (REQUEST -> CONNECT) lets ESTABLISHED move it
@@ -176,7 +176,7 @@ def test_a_request_id_registered_under_a_fresh_uid_gets_its_events():
 
         stranger = listener._spawn(ch, 999)  # a request's id of the other channel
         with pytest.raises(UsageError):
-            other._register(stranger)
+            other.registry.register(stranger, other)
         req.ack()
         ev.ack()
         new.destroy()

@@ -148,7 +148,7 @@ def _connected(ca: EventChannel, cb: EventChannel, tos: Optional[int] = None,
     _check_req_rcvd(cb, s)
     uid = 0x5150
     cmd(cb, "ACCEPT", uid, 0x200001, 0, b"", 0, 0, 4, 1, 0, 0, 7, 1, s.handle, 0, 0, 0)
-    cb._ids[uid] = s  # the library's accept() would register the id under its uid
+    cb.registry.ids[uid] = s  # the library's accept() would register the id under its uid
     s.uid = uid
     ev = raw_event(ca)
     assert ev is not None and ev["event"] == E.CONNECT_RESPONSE

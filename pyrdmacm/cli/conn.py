@@ -126,9 +126,8 @@ def _next_event(ch: Any, uid: int, ok: Any, failed: Any, timeout_s: float, t0: f
     dropped."""
     from ..core.router import Waiter
 
-    waiter = ch.expect(uid, Waiter({**dict.fromkeys(failed, False), **dict.fromkeys(ok, True)}))
-    if not ch.wait(waiter, max(0.0, t0 + timeout_s - time.monotonic()), drop=True):
-        ch.forget(uid, waiter)
+    waiter = ch.wait_for(uid, Waiter({**dict.fromkeys(failed, False), **dict.fromkeys(ok, True)}),
+                         max(0.0, t0 + timeout_s - time.monotonic()), drop=True)
     return _Waited(waiter.event, (time.monotonic() - t0) * 1000)
 
 

@@ -93,7 +93,7 @@ def _wait(ch: Any, cm: Any, call: Any, peer: Any, timeout_ms: int, progress: boo
     """
     from ..core.router import Waiter
 
-    waiter = ch.expect(cm.uid, Waiter.for_call(cm.kind, call))
+    waiter = Waiter.for_call(cm.kind, call)
     what = " or ".join(e.name for e, ok in waiter.take.items() if ok)
     start = time.monotonic()
     deadline = start + timeout_ms / 1000.0 + 30
@@ -101,14 +101,15 @@ def _wait(ch: Any, cm: Any, call: Any, peer: Any, timeout_ms: int, progress: boo
     shown = False
     next_at = start + PROGRESS_AFTER
     while True:
-        if ch.wait(waiter, max(0.0, min(next_at, deadline) - time.monotonic()), drop=True):
+        # a slice at a time (the progress line between): given up after each, its event stays
+        # in the kernel's queue until the next slice reads it
+        if ch.wait_for(cm.uid, waiter, max(0.0, min(next_at, deadline) - time.monotonic()), drop=True).done:
             if shown and tty:
                 sys.stderr.write("\r\033[K")
                 sys.stderr.flush()
             return waiter.event
         now = time.monotonic()
         if now >= deadline:
-            ch.forget(cm.uid, waiter)
             return None
         if now >= next_at:
             next_at = now + PROGRESS_EVERY

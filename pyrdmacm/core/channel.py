@@ -36,7 +36,6 @@ import errno
 import os
 import threading
 import time
-import weakref
 from collections import deque
 from typing import Any, Deque, Dict, Generic, Iterator, List, Optional, Tuple, TypeVar, overload
 
@@ -46,7 +45,7 @@ from .device import KernelDevice, ReplyBuffer, Transport
 from .poll import Waker, timeout_seconds
 from .router import Router
 from .waits import _ROUTED, Waiting
-from .membership import Membership
+from .registry import Registry
 from ..errors import KernelError, StateError, UsageError
 from .events import _TYPES, _UNPACK_EVENT, EVENT_RESP_SIZE, Event
 from ..state import State
@@ -101,13 +100,9 @@ class Channel(Waiting, Generic[_Id]):
         #: uncounted write where it has one (the guard counts the reader in: the fds are
         #: released only by whoever holds it, see close())
         self._read_write = getattr(self._t, "guarded_write", None) or self._t.write
-        #: the registry: uid -> the id its events are for
-        self._ids: Dict[int, Any] = {}
-        #: multicast memberships (their events carry the membership's own uid)
-        self._mcs: Dict[int, Membership] = {}
-        #: requests' ids handed out and not registered (uid 0 until ACCEPT): close() marks
-        #: them destroyed too (the kernel destroys them with the fd)
-        self._unanswered: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        #: whose events each uid's are: ids, memberships, requests not accepted yet, and the
+        #: grave (the one writer of these: :class:`~pyrdmacm.core.registry.Registry`)
+        self.registry = Registry()
         #: answer every DISCONNECTED with DISCONNECT (the DREP of a peer's DREQ: its disconnect
         #: completes at once instead of retrying until its DREQ times out)
         self.answer_disconnect = True
@@ -120,9 +115,6 @@ class Channel(Waiting, Generic[_Id]):
         self._waits = Router()
         #: events a :meth:`wait` read that nobody waited for: get_event's first
         self._queued: Deque[Event[Any]] = deque()
-        #: ids destroyed while a reader held the guard: an event it had read already still finds
-        #: its id here (emptied when the reader lets go; see :meth:`pyrdmacm.core.life.Lifecycle.destroy`)
-        self._grave: Dict[int, Any] = {}
         self._pid = os.getpid()
         #: the opening process's id while the channel is open, 0 once closed: every call
         #: checks "open, and not a forked child" with one comparison (``_live != PID``)
@@ -163,13 +155,7 @@ class Channel(Waiting, Generic[_Id]):
         self.closed = True
         self._live = 0
         if os.getpid() == self._pid:
-            for cm_id in list(self._ids.values()) + [c for c in list(self._unanswered) if not c.uid]:
-                cm_id._closed()
-            self._ids.clear()
-            self._unanswered.clear()
-            for m in list(self._mcs.values()):
-                getattr(m.id, "_mcs", {}).pop(m.uid, None)
-            self._mcs.clear()
+            self.registry.close()
             self._queued.clear()
             self._waits.end_all(StateError("the channel was closed (by close()): the kernel destroyed its ids"))
         self._waker.signal()  # wake a waiting reader: it raises "closed" (never a forked child's)
@@ -207,7 +193,7 @@ class Channel(Waiting, Generic[_Id]):
     def __repr__(self) -> str:
         return "<%s fd=%s ids=%d%s>" % (
             type(self).__name__, "closed" if self.closed else self._t.fileno(),
-            len(self._ids),
+            len(self.registry.ids),
             " legacy" if self.legacy else "",
         )
 
@@ -296,7 +282,8 @@ class Channel(Waiting, Generic[_Id]):
                 if not self._wait_readable(deadline):
                     return None
                 self._drained = False
-            write, data, view, ids, waits = self._read_write, self._b_get_event, self._event_view, self._ids, self._waits
+            write, data, view, ids, waits = self._read_write, self._b_get_event, self._event_view, self.registry.ids, \
+                self._waits
             while True:
                 try:
                     write(data)
@@ -320,11 +307,10 @@ class Channel(Waiting, Generic[_Id]):
                 waited = uid in waits
                 event: Any = None
                 if cm_id is not None:
-                    try:  # a waited event is not counted: its wait takes it, or it counts below
-                        ev = cm_id._on_event(number, _count and not waited)
-                    except KeyError:  # an event with effects, or a number the table does not know
-                        pass
-                    else:
+                    # a waited event is not counted: its wait takes it, or it counts below; None:
+                    # an event with effects, or a number the table does not know (_dispatch's)
+                    ev = cm_id._on_event(number, _count and not waited)
+                    if ev is not None:
                         event = Event(ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE)
                         if not waited:
                             return event  # type: ignore[no-any-return]
@@ -357,7 +343,7 @@ class Channel(Waiting, Generic[_Id]):
                         return None
         finally:
             if not _held:
-                if self._grave or self.closed:
+                if self.registry.grave or self.closed:
                     self._let_go()
                 else:
                     self._reader_slot.append(True)
@@ -400,7 +386,7 @@ class Channel(Waiting, Generic[_Id]):
                     out.append(more)
             return out
         finally:
-            if self._grave or self.closed:
+            if self.registry.grave or self.closed:
                 self._let_go()
             else:
                 slot.append(True)
@@ -419,8 +405,8 @@ class Channel(Waiting, Generic[_Id]):
         """Give the reader guard back, when there is something to do as well: ids destroyed
         while it was held can have no event read any more (the grave empties); after a
         close() that found the guard held, whoever takes it back releases the fds."""
-        if self._grave:
-            self._grave.clear()
+        if self.registry.grave:
+            self.registry.bury()
         slot = self._reader_slot
         slot.append(True)
         if self.closed:
@@ -520,13 +506,14 @@ class Channel(Waiting, Generic[_Id]):
         membership's, one of an unknown type, or one of an id destroyed while this reader
         held it (the kernel counted it in events_reported: it is still the caller's).  None:
         dropped (a group left meanwhile)."""
-        cm_id = self._ids.get(uid)
+        reg = self.registry
+        cm_id = reg.ids.get(uid)
         ev = _TYPES.get(number, number)
         membership = None
         if cm_id is None:
-            membership = self._mcs.get(uid)
+            membership = reg.mcs.get(uid)
             if membership is None:
-                cm_id = self._grave.get(uid)
+                cm_id = reg.grave.get(uid)
                 if cm_id is None:
                     return None  # a group left meanwhile: its events are dropped
             else:
@@ -535,7 +522,7 @@ class Channel(Waiting, Generic[_Id]):
             # a request read before its listener's DESTROY_ID returned is handed out too: its
             # id is the caller's to accept, reject or destroy (else the peer waits unanswered)
             new = cm_id._spawn(self, handle)
-            self._unanswered.add(new)
+            reg.hand_out(new)
             request: Event[_Id] = new._requested(Event(ev, status, new, handle, raw, ece, cm_id, None))
             return request
         cm_id._on_event_with_effects(ev)
@@ -561,23 +548,7 @@ class Channel(Waiting, Generic[_Id]):
                 return
             yield ev
 
-    def _register(self, cm_id: Any) -> int:
-        """Give a connection request's id (uid 0, not registered) a fresh uid and register it:
-        what ACCEPT needs (the kernel queues the id's events under the uid ACCEPT carries)."""
-        if cm_id.uid:
-            raise StateError("id uid %d is registered already" % cm_id.uid)
-        if cm_id.channel is not self:
-            raise UsageError("%r is not an id of this channel" % (cm_id,))
-        uid = cm_id.uid = _process.next_uid()
-        self._ids[uid] = cm_id
-        return uid
-
-    def _unregister(self, cm_id: Any) -> None:
-        """Undo :meth:`_register` (the ACCEPT it was for did not go through)."""
-        self._ids.pop(cm_id.uid, None)
-        cm_id.uid = 0
-
     @property
     def ids(self) -> List[_Id]:
         """The ids whose events this channel reads."""
-        return list(self._ids.values())
+        return list(self.registry.ids.values())

@@ -52,6 +52,7 @@ from .device import ReplyBuffer
 from ..addr import Address, AddressLike, parse_address
 from ..errors import EventError, KernelError, StateError, UsageError
 from .events import Event
+from .registry import ChannelId
 from .router import TAKES, Waiter
 from ..state import Call, Kind, State, rules_for
 
@@ -188,12 +189,8 @@ class CmId(Connections, Queries, Lifecycle):
         that of its multicast ``membership``; raise on a failure event."""
         ch = self.channel
         uid = self.uid if membership is None else membership.uid
-        waiter = ch.expect(uid, Waiter(TAKES[(self.kind, call)]))
-        try:
-            ch.wait(waiter)
-        finally:
-            if not waiter.done:  # interrupted (a signal's handler raised): its event goes to get_event
-                ch.forget(uid, waiter)
+        # interrupted (a signal's handler raised): its event goes to get_event
+        waiter = ch.wait_for(uid, Waiter(TAKES[(self.kind, call)]))
         if waiter.error is not None:
             raise waiter.error
         ev: Event = waiter.event
@@ -330,11 +327,11 @@ class CmId(Connections, Queries, Lifecycle):
             flags = abi.McJoinFlag.SENDONLY_FULLMEMBER if send_only else abi.McJoinFlag.FULLMEMBER
             data = _CMD["JOIN_MCAST"].encode(reply.address, m.uid, self.handle, a.size, int(flags), a.pack_storage())
             command = "JOIN_MCAST"
-        ch._mcs[m.uid] = m  # before the write: its event may come at once
+        ch.registry.join(m)  # before the write: its event may come at once
         try:
             self._call(Call.JOIN_MULTICAST, data, command, {"dst": a})
         except BaseException:
-            ch._mcs.pop(m.uid, None)
+            ch.registry.leave(m.uid)
             raise
         m.handle = reply.u32[0]
         self._memberships()[m.uid] = m
@@ -348,6 +345,14 @@ class CmId(Connections, Queries, Lifecycle):
         except AttributeError:
             self._mcs = {}
             return self._mcs
+
+    def _group_uids(self) -> List[int]:
+        """The uids of the groups it joined and did not leave (the channel's registry asks)."""
+        return list(getattr(self, "_mcs", ()))
+
+    def _drop_group(self, uid: int) -> None:
+        """The membership ``uid`` ended (left, or its channel closed)."""
+        getattr(self, "_mcs", {}).pop(uid, None)
 
     @property
     def memberships(self) -> List["Membership"]:
@@ -425,29 +430,16 @@ class CmId(Connections, Queries, Lifecycle):
         channel._check()
         mcs = self.memberships
         # registered on the new channel first: its events may arrive there at once
-        if self.uid:
-            channel._ids[self.uid] = self
-        for m in mcs:
-            channel._mcs[m.uid] = m
+        channel.registry.adopt(self, mcs)
         reply = ReplyBuffer(_CMD["MIGRATE_ID"].out)
         try:
             channel.submit(_CMD["MIGRATE_ID"].encode(reply.address, self.handle, old.fileno()), "MIGRATE_ID",
                            dst=self._peer())
         except BaseException:
-            if self.uid:
-                channel._ids.pop(self.uid, None)
-            for m in mcs:
-                channel._mcs.pop(m.uid, None)
+            channel.registry.disown(self, mcs)
             raise
-        if self.uid:
-            if not old._reader_slot:  # an event the old channel's reader holds still finds the id
-                old._grave[self.uid] = self
-            old._ids.pop(self.uid, None)
-        else:  # a request not answered yet (no uid until ACCEPT): the new channel's close() destroys it
-            old._unanswered.discard(self)
-            channel._unanswered.add(self)
-        for m in mcs:
-            old._mcs.pop(m.uid, None)
+        # an event the old channel's reader holds still finds the id (its grave)
+        old.registry.moved(self, mcs, channel.registry, not old._reader_slot)
         self.channel = channel
         self._moves = getattr(self, "_moves", 0) + 1  # after the channel: see Connections._answer_dreq
         old._ended([self.uid] + [m.uid for m in mcs], "migrated")
@@ -544,3 +536,7 @@ _RESOLVE_ADDR_HEAD, resolve_addr_tail = wire.RESOLVE_ADDR_HEAD, wire.resolve_add
 _ESTABLISH, _CONNECT_DEFAULT, _CONNECT, _ACCEPT = wire.ESTABLISH, wire.CONNECT_DEFAULT, _CMD["CONNECT"], _CMD["ACCEPT"]
 _ROUTE_CMD, _H_RESOLVE_ROUTE = _CMD["RESOLVE_ROUTE"].pack, _CMD["RESOLVE_ROUTE"].header
 _RESOLVE_ADDR_CALL, _RESOLVE_ROUTE_CALL = Call.RESOLVE_ADDR, Call.RESOLVE_ROUTE
+
+if TYPE_CHECKING:  # pragma: no cover - mypy checks here that a CmId is what the channel asks of an id
+    def _is_a_channel_id(cm_id: CmId) -> ChannelId:
+        return cm_id

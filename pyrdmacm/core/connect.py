@@ -127,12 +127,8 @@ class Connections(Life):
             raise UsageError("get_request is for a sync listener (CmId(None)); a listener with a channel "
                              "gets its requests as CONNECT_REQUEST events of the channel")
         ch = self.channel
-        waiter = ch.expect(self.uid, Waiter(TAKES[(self.kind, Call.GET_REQUEST)]))
-        try:
-            ch.wait(waiter, timeout)
-        finally:
-            if not waiter.done:  # none came in time: a later request is get_event's
-                ch.forget(self.uid, waiter)
+        # none came in time: a later request is get_event's
+        waiter = ch.wait_for(self.uid, Waiter(TAKES[(self.kind, Call.GET_REQUEST)]), timeout)
         if waiter.error is not None:
             raise waiter.error
         ev: Optional[Event[_S]] = waiter.event
@@ -163,13 +159,13 @@ class Connections(Life):
         if self.sync:
             self.migrate(self.channel._private())
         ch = self.channel
-        uid = ch._register(self)
+        uid = ch.registry.register(self, ch)
         cmd = _CMD["ACCEPT"].encode(uid, *wire.conn_fields(p, qp_num), self.handle, 0, *p.ece)
         self._qpn = qp_num
         try:
             self._call(Call.ACCEPT, cmd, "ACCEPT")  # refused: the kernel rejected the request itself (FAILED)
         except BaseException:
-            ch._unregister(self)
+            ch.registry.unregister(self)
             raise
         if self.sync and not ud:
             return self._complete(Call.ACCEPT, "ACCEPT", dst=self._peer())

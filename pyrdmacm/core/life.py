@@ -154,13 +154,19 @@ class Life:
         return State.ADDR_BOUND if bound else State.IDLE
 
 
-    def _on_event(self, number: int, count: bool = True) -> E:
+    def _on_event(self, number: int, count: bool = True) -> Optional[E]:
         """An event of the kernel's ``number`` for this id, one of the table's plain rows: the id
         moves, its answers go, the event counts as not acknowledged (unless not ``count``:
-        read and acknowledged at once).  KeyError (nothing changed) for an event with
-        effects (:data:`EVENTS_WITH_EFFECTS`) or of an unknown number:
-        :meth:`_on_event_with_effects` takes those."""
-        ev, self._state = self._rules.events[number][self._state]
+        read and acknowledged at once); its type is returned.  None (nothing changed) for an
+        event with effects (:data:`~pyrdmacm.state.EVENTS_WITH_EFFECTS`) or of a number the
+        table does not know, as the table says: :meth:`_on_event_with_effects` takes those."""
+        try:
+            move = self._rules.events[number][self._state]
+        except KeyError:  # a number the table does not know (a newer kernel's event): as the channel says
+            return None
+        if move is None:
+            return None
+        ev, self._state = move
         self._cache = None
         if count:
             self._unacked += 1
@@ -240,7 +246,7 @@ class Lifecycle(Life):
             raise channel._short(n, data, "CREATE_ID")
         self.handle = reply.u32[0]
         pool.append(reply)
-        channel._ids[uid] = self
+        channel.registry.add(uid, self)
         return self
 
     def destroy(self) -> int:
@@ -281,21 +287,13 @@ class Lifecycle(Life):
         # one that a reader took before (counted in events_reported) must still find its id -- in
         # the grave while that reader holds the guard (it empties the grave when it lets go).  The
         # waits for its events, and its memberships', end (``Channel._ended``).
-        uid = self.uid
-        if not uid:  # a request not answered yet: on no registry but the channel's unanswered
-            ch._unanswered.discard(self)
-        elif not ch._reader_slot:
-            ch._grave[uid] = self
-        ch._ids.pop(uid, None)
-        mcs = getattr(self, "_mcs", None) if ch._mcs else None
-        if mcs:  # its groups went with it
-            for m in mcs:
-                ch._mcs.pop(m, None)
+        reg = ch.registry
+        gone = reg.destroyed(self, not ch._reader_slot)  # its groups go with it
         if ch._waits or ch._queued:
-            ch._ended([uid, *mcs] if mcs else [uid], "destroyed")
+            ch._ended(gone, "destroyed")
         if self._unacked and not getattr(_batch, "quiet", False):  # destroy_ids warns once for all
             warnings.warn(unacked_warning([self], True), stacklevel=2)
-        if ch._wait_first and not ch._ids:  # a sync id's channel is its own: closed with its last id
+        if ch._wait_first and not reg.ids:  # a sync id's channel is its own: closed with its last id
             ch.close()  # (a sync listener's rejected request must not close the listener's)
         return reported
 

@@ -48,8 +48,8 @@ class Membership:
         ch = cm.channel
         reply = ReplyBuffer(_CMD["LEAVE_MCAST"].out)
         ch.submit(_CMD["LEAVE_MCAST"].encode(reply.address, self.handle, 0), "LEAVE_MCAST", dst=self.addr)
-        cm._mcs.pop(self.uid, None)
-        ch._mcs.pop(self.uid, None)
+        cm._drop_group(self.uid)
+        ch.registry.leave(self.uid)
         ch._ended([self.uid], "left")
         reported: int = reply.u32[0]
         return reported

@@ -30,7 +30,7 @@ class Waiting:
         _wait_first: bool
         _reader: Optional[int]
         _waker: Any
-        _grave: Any
+        registry: Any
         closed: bool
 
         def _check(self) -> None: ...
@@ -107,10 +107,24 @@ class Waiting:
                     break  # timed out (a wake-up: the loop looks whether the wait ended)
             return waiter.done
         finally:
-            if self._grave or self.closed:
+            if self.registry.grave or self.closed:
                 self._let_go()
             else:
                 slot.append(True)
+
+    def wait_for(self, uid: int, waiter: Waiter, timeout: Optional[float] = None, *, drop: bool = False) -> Waiter:
+        """:meth:`expect`, :meth:`wait`, and :meth:`forget` if it did not end: the next event of
+        ``uid`` that ``waiter`` takes goes to it, read until it comes or ``timeout`` seconds
+        (None: for ever) have passed; a wait that ends without it (timed out, or a signal's
+        handler raised) is given up, and that event goes to get_event.  Returns ``waiter``
+        (``done``, ``event``, ``ok``, ``error``)."""
+        self.expect(uid, waiter)
+        try:
+            self.wait(waiter, timeout, drop=drop)
+        finally:
+            if not waiter.done:
+                self.forget(uid, waiter)
+        return waiter
 
     def _ended(self, uids: List[int], why: str) -> None:
         """``uids`` stopped being this channel's (``why``: "destroyed", "migrated", "left"):

@@ -235,11 +235,9 @@ class Channel(Waiting, Generic[_Id]):
     def get_event(self, timeout: None = None) -> Event[_Id]: ...
 
     @overload
-    def get_event(self, timeout: Optional[float] = None, _count: bool = True, _burst: bool = False,
-                  _held: bool = False) -> Optional[Event[_Id]]: ...
+    def get_event(self, timeout: Optional[float]) -> Optional[Event[_Id]]: ...
 
-    def get_event(self, timeout: Optional[float] = None, _count: bool = True, _burst: bool = False,
-                  _held: bool = False) -> Optional[Event[_Id]]:
+    def get_event(self, timeout: Optional[float] = None) -> Optional[Event[_Id]]:
         """The next event (GET_EVENT): ``rdma_get_cm_event``; None when none came within
         ``timeout`` seconds (None: wait for ever; 0: only look).
 
@@ -252,11 +250,16 @@ class Channel(Waiting, Generic[_Id]):
         goes on, unless the handler raises.  A wait in the main thread gives
         ``signal.set_wakeup_fd`` a pipe of its own while it waits (so that no signal waits for
         the next event), and hands what it read on to the fd set before."""
-        # The one read of every reader.  get_events and wait() call it holding the reader guard
-        # (``_held``: they look at the queue of kept events themselves); ``_burst`` reads the
-        # rest of a burst, which ends at the first EAGAIN or a fault (None; a burst's EAGAIN is
-        # no empty look); without ``_count`` an event is acknowledged as it is read.
-        #
+        ev: Optional[Event[_Id]] = self._read(timeout, True, False, False)
+        return ev
+
+    def _read(self, timeout: Optional[float], count: bool, burst: bool, held: bool) -> Any:
+        """The one read of every reader: get_event's (``count``, not ``burst``, not ``held``),
+        get_events' and wait()'s, which call it holding the reader guard (``held``: they look
+        at the queue of kept events themselves, and are told of an event given to a waiter:
+        :data:`~pyrdmacm.core.waits._ROUTED`); ``burst`` reads the rest of a burst, which ends
+        at the first EAGAIN or a fault (None; a burst's EAGAIN is no empty look); without
+        ``count`` an event is acknowledged as it is read."""
         # A GET_EVENT on the non-blocking fd, and a wait while nothing is queued, until
         # ``timeout``; the event decoded, its id found and moved (the life module's rows), the
         # event made, and given to the wait it answers, if any (then the next is read, within
@@ -266,7 +269,7 @@ class Channel(Waiting, Generic[_Id]):
         # EAGAIN.
         if timeout is not None and (timeout.__class__ is not int or timeout < 0):
             timeout = timeout_seconds(timeout)
-        if not _held:
+        if not held:
             if self._live != _process.PID:
                 self._check()
             try:  # the one-reader guard, only tried (see _busy)
@@ -274,7 +277,7 @@ class Channel(Waiting, Generic[_Id]):
             except IndexError:
                 raise self._busy() from None
         try:
-            if self._queued and not _held:
+            if self._queued and not held:
                 return self._queued.popleft()
             deadline: Any = _UNSET
             if (self._drained or self._wait_first) and timeout != 0:
@@ -288,7 +291,7 @@ class Channel(Waiting, Generic[_Id]):
                 try:
                     write(data)
                 except BlockingIOError:
-                    if _burst:
+                    if burst:
                         return None
                     self._drained = True
                     if timeout == 0:
@@ -299,7 +302,7 @@ class Channel(Waiting, Generic[_Id]):
                         return None
                     continue
                 except OSError as e:
-                    if _burst:
+                    if burst:
                         return None  # the next call reports it
                     raise self._read_fault(e) from None
                 uid, handle, number, status, raw, vid, mod = _UNPACK_EVENT(view)
@@ -309,22 +312,22 @@ class Channel(Waiting, Generic[_Id]):
                 if cm_id is not None:
                     # a waited event is not counted: its wait takes it, or it counts below; None:
                     # an event with effects, or a number the table does not know (_dispatch's)
-                    ev = cm_id._on_event(number, _count and not waited)
+                    ev = cm_id._on_event(number, count and not waited)
                     if ev is not None:
                         event = Event(ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE)
                         if not waited:
-                            return event  # type: ignore[no-any-return]
+                            return event
                         if not waits.route(uid, event):
-                            if _count:
+                            if count:
                                 cm_id._counted()
-                            return event  # type: ignore[no-any-return]
+                            return event
                 if event is None:
                     event = self._dispatch(uid, handle, number, status, raw, (vid, mod) if vid or mod else NO_ECE)
                     if event is not None:  # counted
                         if not (waited and waits.route(uid, event)):
-                            if not _count:
+                            if not count:
                                 event.ack()
-                            return event  # type: ignore[no-any-return]
+                            return event
                         event.ack()
                 # given to the wait it answers: a caller that holds the guard (get_events, wait())
                 # is told (_ROUTED: it looks at its waits, and reads on or not); or dropped (its id
@@ -332,8 +335,8 @@ class Channel(Waiting, Generic[_Id]):
                 # look (timeout 0) reads on past the events it routes, and never for ever (a stream
                 # of dropped events ends it); a close() from another thread ends it too (the fd
                 # stays open until this reader is out)
-                if _held and event is not None:
-                    return _ROUTED  # type: ignore[no-any-return]
+                if held and event is not None:
+                    return _ROUTED
                 if self.closed:
                     raise StateError("the event channel was closed (by another thread) while reading events")
                 if timeout is not None and (timeout or event is None):
@@ -342,7 +345,7 @@ class Channel(Waiting, Generic[_Id]):
                     elif _monotonic() >= deadline:
                         return None
         finally:
-            if not _held:
+            if not held:
                 if self.registry.grave or self.closed:
                     self._let_go()
                 else:
@@ -369,7 +372,7 @@ class Channel(Waiting, Generic[_Id]):
                 if ack:
                     ev.ack()
                 out.append(ev)
-            read = self.get_event
+            read = self._read
             if not out:
                 deadline = _monotonic() + timeout if timeout else None
                 first = read(timeout, count, False, True)

@@ -41,8 +41,7 @@ class Waiting:
 
         def _wait_readable(self, deadline: Optional[float]) -> bool: ...
 
-        def get_event(self, timeout: Optional[float] = None, _count: bool = True, _burst: bool = False,
-                      _held: bool = False) -> Any: ...
+        def _read(self, timeout: Optional[float], count: bool, burst: bool, held: bool) -> Any: ...
 
     def expect(self, uid: int, waiter: Waiter) -> Waiter:
         """Route the next event of ``uid`` (an id's, a membership's; a listener's for its
@@ -93,7 +92,7 @@ class Waiting:
             look = not self._wait_first  # a sync id's own channel: its event is rarely there yet
             while not waiter.done:
                 if look:
-                    ev = self.get_event(0, True, False, True)
+                    ev = self._read(0, True, False, True)
                     if ev is _ROUTED:  # given to a waiter (this one?): the loop looks
                         continue
                     if ev is not None:

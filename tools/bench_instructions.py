@@ -31,12 +31,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))  # bench_direct and tools/bench, beside this file
 MARK = "getppid"  # the C function the driver calls between phases: callgrind dumps before it
 
 
 def child(impl: str, n: int, connections: bool) -> None:
     """Run one implementation's phases, a mark before the first and after each."""
-    sys.path.insert(0, str(HERE))
     import bench_direct as bd
     import pyrdmacm
 
@@ -59,13 +59,9 @@ def child(impl: str, n: int, connections: bool) -> None:
 
 
 def _totals(files: list) -> list:
-    """The instruction count of each dump, in order."""
-    def part(path: str) -> int:
-        m = re.search(r"\.(\d+)$", path)
-        return int(m.group(1)) if m else 0  # pragma: no cover - only numbered dumps are read
-
+    """The instruction count of each numbered dump (``cg.out.N``), in order."""
     out = []
-    for path in sorted(files, key=part):
+    for path in sorted(files, key=lambda p: int(p.rpartition(".")[2])):
         with open(path) as f:
             text = f.read()
         m = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
@@ -94,7 +90,6 @@ def count(impl: str, n: int, connections: bool, tree: Path, scratch: Path) -> li
 
 
 def _phases(connections: bool) -> tuple:
-    sys.path.insert(0, str(HERE))
     import bench_direct as bd
 
     return bd.CONN_PHASES if connections else bd.DIRECT_PHASES
@@ -115,7 +110,6 @@ def main(argv: list) -> int:
         ap.error("--n must be at least 1")
     if shutil.which("valgrind") is None:
         raise SystemExit("bench_instructions: valgrind is not installed (apt-get install valgrind)")
-    sys.path.insert(0, str(HERE))
     import importlib.util
     from importlib.machinery import SourceFileLoader
 

@@ -6,8 +6,8 @@ calls and the batches, ``EventChannel.create_ids`` and ``destroy_ids``, alike).
 :class:`Life` applies it: its methods and :func:`ack` are the only code that assigns an id's
 state, its count of events not acknowledged and its cached query answers.  The one I/O a
 move starts is a call's write, through the channel's writer, between the id's move and its
-undo (:meth:`Life._call`).  The registry of the channel (uid -> id) changes only here and in
-the channel.
+undo (:meth:`Life._call`).  The channel's registry (uid -> id) is written by
+:class:`~pyrdmacm.core.registry.Registry` alone, which the birth and death here ask.
 
 An id leaves the registry after its DESTROY_ID returns, and while a reader holds the
 channel's reader guard it stays findable in the channel's grave: an event the reader had

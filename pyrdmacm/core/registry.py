@@ -105,7 +105,8 @@ class Registry:
     # -- migration: the new channel adopts, the old one lets go
     def adopt(self, cm_id: ChannelId, groups: Iterable[Membership]) -> None:
         """An id and its memberships migrating here: registered before MIGRATE_ID (their
-        events may arrive at once); a request not answered yet joins ``unanswered``."""
+        events may arrive at once).  A request not answered yet (uid 0) joins ``unanswered``
+        once the move is done (:meth:`moved`)."""
         if cm_id.uid:
             self.ids[cm_id.uid] = cm_id
         for m in groups:

@@ -12,7 +12,7 @@ from pyrdmacm import CmEventType as E
 from pyrdmacm import Call, CmId, EventChannel, EventError, KernelError, PortSpace, State, StateError, UsageError
 from pyrdmacm.aio import AsyncChannel
 
-from aio_behaviour import pending_waits
+from aio_behaviour import pending_waits, until
 from pyrdmacm.testing import FakeKernel, FakeNet
 
 PEER, SILENT, NO_ROUTE = "10.0.0.2", "10.0.0.99", "192.0.2.1"
@@ -26,9 +26,11 @@ def channel(kernel=None):
     return EventChannel(kernel or FakeKernel(FakeNet()))
 
 
-async def settle():
-    for _ in range(5):
-        await asyncio.sleep(0.01)
+def settled(ids, ach):
+    """Every id acked, no call's wait left, nothing queued: what a failed or cancelled batch
+    leaves once the events it did not return have reached it (a loaded host delays them, so
+    the tests wait for this with a bound instead of sleeping a fixed time)."""
+    return lambda: all(i._unacked == 0 for i in ids) and not pending_waits(ach) and not ach._queue
 
 
 def test_many_resolves_every_id_and_keeps_their_order():
@@ -53,8 +55,8 @@ def test_many_raises_the_first_failure_event_or_returns_it():
             with pytest.raises(EventError) as exc:
                 await ach.resolve_addr_many(ids, SILENT, timeout_ms=50)
             assert exc.value.errno == errno.ETIMEDOUT and str(exc.value.dst.ip) == SILENT
-            await settle()  # the other two events reach the failed batch, which acks them
-            assert all(i._unacked == 0 for i in ids) and not pending_waits(ach) and not ach._queue
+            # the other two events reach the failed batch, which acks them
+            assert await until(settled(ids, ach), 5)
             ids = [CmId(ach.channel) for _ in range(3)]
             evs = await ach.resolve_addr_many(ids, SILENT, timeout_ms=50, raise_on_error=False)
             assert {e.event for e in evs} == {E.ADDR_ERROR}
@@ -139,9 +141,9 @@ def test_a_batch_over_an_id_with_a_call_pending():
             with pytest.raises(StateError, match="resolve_route"):
                 await ach.resolve_route_many([y, x])
             assert (await pending).event is E.ADDR_RESOLVED and x.state is State.ADDR_RESOLVED
-            await settle()  # y's ROUTE_RESOLVED reaches the failed batch, which acks it
-            assert y.state is State.ROUTE_RESOLVED and y._unacked == 0 and not ach._queue
-            assert not pending_waits(ach)
+            # y's ROUTE_RESOLVED reaches the failed batch, which acks it
+            assert await until(lambda: y.state is State.ROUTE_RESOLVED, 5)
+            assert await until(settled([y], ach), 5)
             evs = await ach.resolve_route_many([x])
             assert evs[0].event is E.ROUTE_RESOLVED
 
@@ -173,12 +175,8 @@ def test_a_cancelled_batch_acks_and_drops_its_events():
             ids = [CmId(ach.channel) for _ in range(4)]
             with pytest.raises(asyncio.TimeoutError):
                 await asyncio.wait_for(ach.resolve_addr_many(ids, SILENT, timeout_ms=100), 0.02)
-            for _ in range(50):
-                if all(i.state is State.ADDR_BOUND for i in ids):
-                    break
-                await asyncio.sleep(0.01)
-            await settle()
-            assert all(i._unacked == 0 for i in ids) and not pending_waits(ach) and not ach._queue
+            assert await until(lambda: all(i.state is State.ADDR_BOUND for i in ids), 5)
+            assert await until(settled(ids, ach), 5)
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
                 ach.channel.destroy_ids(ids)

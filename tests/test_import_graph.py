@@ -17,9 +17,16 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pyrdmacm"
 
 #: the circles left (each a set of modules), and why each is still there: none
 KNOWN_CIRCLES: List[Set[str]] = []
-#: modules over the limit, each no longer than it is now: none
+#: modules over the limit, each no longer than it is now, and why
 LIMIT = 600
-KNOWN_LONG: Dict[str, int] = {}
+KNOWN_LONG: Dict[str, int] = {
+    # CmId is one class: librdmacm's verbs on one id, each with its librdmacm name and the
+    # kernel's rules in its docstring (about 200 of these lines).  The jobs it is made of are
+    # parts in their own modules (the life record and its moves: life.py; the kernel's
+    # answers: queries.py; arguments read: params.py; groups: membership.py); a verb split
+    # off to another file is what the floor plan undid.
+    "pyrdmacm/core/cmid.py": 758,
+}
 
 
 def _modules() -> Dict[str, Path]:

@@ -1,79 +1,72 @@
-"""CM ids: librdmacm's verbs on one kernel id (``struct rdma_cm_id``).
+"""CM ids: librdmacm's verbs on one kernel id (``struct rdma_cm_id``), all in :class:`CmId`.
 
-Theory of operation
--------------------
-A :class:`CmId` is one kernel id (``rdma_create_id``), registered on its
-:class:`~pyrdmacm.core.event_channel.EventChannel` under a uid unique in the process.  Its
-state follows the kernel's, from the calls made and the events read, as the
-table of :mod:`pyrdmacm.state` says (a CmId is a :class:`~pyrdmacm.core.life.Life`, whose
-methods alone assign its state); an illegal call raises
-:class:`~pyrdmacm.errors.StateError` before any syscall.  Every call goes the
-same way: check the arguments (UsageError), encode the command (:mod:`pyrdmacm.wire`),
-and make the call (``Life._call``: the id moves, the channel's transport writes the
-command, and the id moves back if the kernel refuses) -- so an event that another
-thread reads while the writer is still in ``write()`` finds the id where the command
-left it.
+A CmId is one kernel id, registered on its channel under a uid unique in the process.
+Every verb goes the same way: check the arguments (:mod:`pyrdmacm.core.params`,
+UsageError), encode the command (:mod:`pyrdmacm.wire`), and make the call
+(:meth:`Life._call <pyrdmacm.core.life.Life._call>`: the id moves as :mod:`pyrdmacm.state`
+says, the channel writes the command, the id moves back if the kernel refuses).  What an
+id *is* -- its record, the moves of its state, what its channel asks of it -- is its base,
+:class:`~pyrdmacm.core.life.Life`; what it *does* is here, birth (CREATE_ID) and death
+(DESTROY_ID) included.
 
-librdmacm queries the kernel (QUERY ADDR, GID, PATH) after every event;
-pyrdmacm asks on first use of what they return (``local_addr``, ``device``,
-``sgid``, ``query_path()`` ...) and caches the answer until the id's state
-changes: the same answers, without the cost for callers that never ask.
-
-Connections (``connect``/``establish``, ``listen``/``accept``/``reject``/``notify``,
-``disconnect``) take their parameters as one :class:`~pyrdmacm.records.ConnParam`; the
-QP number is the caller's (pyrdmacm has no QP: the kernel carries the number to the
-peer) or one allocated unique in the process (:func:`allocate_qp_num`).  Datagram ids
-connect through SIDR and join multicast groups (:class:`Membership`).  The private
-data of each message is checked against what the IB CM carries
-(:func:`pyrdmacm.abi.cm_private_data_limit`) before the syscall.
-
-With no channel (``CmId(None, ...)``), an id gets a private channel and its
-calls block until their outcome (librdmacm's synchronous mode; the outcome is
-:data:`pyrdmacm.state.OUTCOMES`'): a failure event raises
-:class:`~pyrdmacm.errors.EventError` with the real errno and the event attached.
+Queries (``query_addr``, ``local_addr``, ``sgid`` ...) are asked on first use and kept
+until the id moves (:class:`~pyrdmacm.core.queries.Answers`).  With no channel
+(``CmId(None)``) an id gets a private one and its calls block until their outcome
+(:data:`pyrdmacm.state.OUTCOMES`; a failure event raises :class:`~pyrdmacm.errors.EventError`).
 """
 
 from __future__ import annotations
 
-import struct
+import errno
+import ipaddress
+import threading
 import warnings
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Tuple, TypeVar, Union
 
-from . import process as _process
+from . import params, process as _process
 from .. import abi, wire
 from .channel import Channel
-from .connect import Connections
-from .life import Lifecycle
-from .membership import Membership
-from .queries import Queries
-from .params import OPTIONS, check_int, port_space
-from ..abi.codec import CODECS
 from .device import ReplyBuffer
+from .events import Event
+from .life import Life
+from .membership import Membership
+from .params import check_int, conn_param, port_space, private_data_for
+from .router import TAKES, Waiter
 from ..addr import Address, AddressLike, parse_address
 from ..errors import EventError, KernelError, StateError, UsageError
-from .events import Event
-from .registry import ChannelId
-from .router import TAKES, Waiter
 from ..state import Call, Kind, State, rules_for
 
-from ..records import QpAttr
+from ..records import AddrInfo, ConnParam, DeviceRef, PathRecord, QpAttr, RouteInfo, ServiceRecord
 
-__all__ = ["CmId", "SourceIgnoredWarning"]
+if TYPE_CHECKING:  # pragma: no cover
+    from .registry import ChannelId
+
+__all__ = ["CmId", "SourceIgnoredWarning", "UnackedEventsWarning", "unacked_warning"]
+
+#: an id's own class (CmId, or a subclass): what its events and requests' ids are
+_S = TypeVar("_S", bound="CmId")
 
 E = abi.CmEventType
-_PortSpace = abi.PortSpace
-_PS_TCP = abi.PortSpace.TCP
-_QP_RC = abi.QpType.RC
-_DESTROYED = State.DESTROYED
-_ADDR_BOUND = State.ADDR_BOUND
 _CMD = wire.COMMAND
-_R = TypeVar("_R")
+_PS_TCP = abi.PortSpace.TCP
 #: the rules of nearly every id (PortSpace.TCP, an RC QP)
-_TCP_RC = rules_for(_PS_TCP, _QP_RC)
-#: the calls of every connection, read as globals (an enum member's lookup costs ten times more)
-_CONNECT_CALL, _ESTABLISH_CALL, _DISCONNECT_CALL = Call.CONNECT, Call.ESTABLISH, Call.DISCONNECT
+_TCP_RC = rules_for(_PS_TCP, abi.QpType.RC)
+_DESTROYED, _ADDR_BOUND = State.DESTROYED, State.ADDR_BOUND
 _DATAGRAM = Kind.DATAGRAM
+# the hot commands and calls, read as globals (an enum member's lookup costs ten times more)
+_CREATE, _DESTROY = _CMD["CREATE_ID"], _CMD["DESTROY_ID"]
+_CREATE_CMD, _H_CREATE, _N_CREATE, _N_CREATE_REPLY = _CREATE.pack, _CREATE.header, _CREATE.size, _CREATE.out
+_DESTROY_CMD, _H_DESTROY, _N_DESTROY_REPLY = _DESTROY.pack, _DESTROY.header, _DESTROY.out
+_H_RESOLVE_ADDR = _CMD["RESOLVE_ADDR"].header
+_RESOLVE_ADDR_HEAD, _resolve_addr_tail = wire.RESOLVE_ADDR_HEAD, wire.resolve_addr_tail
+_ROUTE_CMD, _H_RESOLVE_ROUTE = _CMD["RESOLVE_ROUTE"].pack, _CMD["RESOLVE_ROUTE"].header
+_ESTABLISH, _CONNECT_DEFAULT, _CONNECT, _DISCONNECT = wire.ESTABLISH, wire.CONNECT_DEFAULT, _CMD["CONNECT"], wire.DISCONNECT
+_DESTROY_CALL, _RESOLVE_ADDR_CALL, _RESOLVE_ROUTE_CALL = Call.DESTROY, Call.RESOLVE_ADDR, Call.RESOLVE_ROUTE
+_CONNECT_CALL, _ESTABLISH_CALL, _DISCONNECT_CALL = Call.CONNECT, Call.ESTABLISH, Call.DISCONNECT
 _REQ, _REP = ("REQ", "SIDR_REQ"), ("REP", "SIDR_REP")  # the messages of connect and accept's parameters
+_NO_CONTEXT: Any = {}  # a refused DESTROY_ID names no address
+#: per thread: destroy_ids is destroying (its destroy() calls leave the unacked warning to it)
+_batch = threading.local()
 #: the class of the last channel an id was made on (EventChannel, as a rule): the constructor's
 #: check is then one comparison
 _SEEN_CHANNEL: Any = None
@@ -83,26 +76,31 @@ class SourceIgnoredWarning(UserWarning):
     """resolve_addr was given a source, but the id was already bound: the kernel ignores it."""
 
 
-class CmId(Connections, Queries, Lifecycle):
+class UnackedEventsWarning(ResourceWarning):
+    """An id was destroyed with events still unacknowledged (librdmacm would hang here)."""
+
+
+def unacked_warning(ids: List[Any], one: bool = False) -> UnackedEventsWarning:
+    """The warning of destroy() (``one``) or destroy_ids() for ids with events not acked."""
+    if one:
+        return UnackedEventsWarning("id uid %d destroyed with %d event(s) not acked (harmless here; librdmacm "
+                                    "would block)" % (ids[0].uid, ids[0]._unacked))
+    return UnackedEventsWarning(
+        "%d id(s) destroyed with %d event(s) not acked, uid %s (harmless here; librdmacm would block)"
+        % (len(ids), sum(i._unacked for i in ids),
+           ", ".join(str(i.uid) for i in ids[:8]) + (" ..." if len(ids) > 8 else "")))
+
+
+class CmId(Life):
     """An rdma_cm id (``struct rdma_cm_id``).
 
     ``CmId(channel, ps=PortSpace.TCP)`` creates it (CREATE_ID);
     ``CmId(None, ...)`` gives it a private channel and makes its calls blocking.
     """
 
-    __slots__ = (
-        "_sync",
-        "_dst",
-        "_context",
-        "_mcs",
-        "__weakref__",
-    )
+    __slots__ = ()
 
     channel: "Channel[CmId]"
-    handle: int
-    uid: int
-    _dst: Optional[Address]
-    _mcs: Dict[int, "Membership"]
 
     def __init__(
         self,
@@ -112,9 +110,9 @@ class CmId(Connections, Queries, Lifecycle):
         qp_type: Optional[int] = None,
         context: Any = None,
     ) -> None:
-        # Only what every id needs is set here: ``sync`` and ``context`` read as False and
-        # None unless set; ``_cache`` (the query answers, see query_addr) and ``_dst`` are
-        # set on first use.  The port space, QP type and kind are the id's Rules (shared).
+        # Only what every id needs is set here; the rest (sync, context, the kept answers, the
+        # destination ...) reads as unset until used.  The port space, QP type and kind are
+        # the id's Rules (shared).
         rules = _TCP_RC if ps is _PS_TCP and qp_type is None else rules_for(*port_space(ps, qp_type))
         if channel.__class__ is not _SEEN_CHANNEL:
             channel = self._own_channel(channel)
@@ -139,7 +137,90 @@ class CmId(Connections, Queries, Lifecycle):
             raise UsageError("channel must be an EventChannel or None, got %r" % (channel,))
         return channel
 
-    # -- what most ids share, stored only where it differs
+    # -- birth and death
+    def _create(self: _S, channel: Any, rules: Any) -> _S:
+        """CREATE_ID for this new id (checked, not yet created) on a live ``channel``, of the
+        port space and QP type of ``rules``: the one place that writes it (``CmId()``,
+        ``EventChannel.create_id`` and ``create_ids`` end here).  The id is registered
+        (uid -> id) once the kernel made it.  Returns the id."""
+        self.channel = channel
+        self._born(rules)
+        pool = channel._create_replies
+        try:
+            reply = pool.pop()
+        except IndexError:  # another thread has it
+            reply = ReplyBuffer(_N_CREATE_REPLY)
+        uid = self.uid = _process.next_uid()
+        data = _CREATE_CMD(_H_CREATE, uid, reply.address, rules.ps, rules.qp_type, b"")
+        try:
+            n = channel._write(data)
+        except OSError as e:
+            pool.append(reply)
+            raise channel._refused(e, "CREATE_ID", {}) from None
+        if n != _N_CREATE:
+            pool.append(reply)
+            raise channel._short(n, data, "CREATE_ID")
+        self.handle = reply.u32[0]
+        pool.append(reply)
+        channel.registry.add(uid, self)
+        return self
+
+    def destroy(self) -> int:
+        """Destroy the id (DESTROY_ID): ``rdma_destroy_id``.  Returns ``events_reported``.
+
+        Never blocks: events not yet acked are reported with an
+        :class:`UnackedEventsWarning` (librdmacm would wait for them for ever).
+
+        Destroying is a CM verb: by the connection's state the kernel's IB CM sends the peer
+        a REJ 4 (TIMEOUT: our REQ was still outstanding), a REJ 28 without data (a request
+        not yet answered, or a REP not yet answered by an RTU), a DREQ and timewait (an
+        established connection), or the DREP (a DREQ received and not yet answered).  UD
+        ids send nothing.  Closing the channel destroys all its ids the same way.
+        """
+        # The one place that writes DESTROY_ID (destroy_ids and create_ids' undo end here).
+        ch = self.channel
+        if ch._live != _process.PID:
+            if ch.closed:
+                self._closed()
+                raise StateError("destroy: the id's event channel is closed (the kernel destroyed its ids then)")
+            ch._check()
+        pool = ch._destroy_replies
+        try:
+            reply = pool.pop()
+        except IndexError:  # another thread has it
+            reply = ReplyBuffer(_N_DESTROY_REPLY)
+        try:  # no call of the id from here on; its events read meanwhile stay its
+            self._call(_DESTROY_CALL, _DESTROY_CMD(_H_DESTROY, reply.address, self.handle, 0), "DESTROY_ID",
+                       _NO_CONTEXT)
+        except BaseException:
+            pool.append(reply)
+            if ch.closed:  # refused because closed: closing the channel destroyed it anyway
+                self._closed()
+            raise
+        reported: int = reply.u32[0]
+        pool.append(reply)
+        # Off the registry after DESTROY_ID: the kernel queues no event of the id from now on, and
+        # one that a reader took before (counted in events_reported) must still find its id -- in
+        # the grave while that reader holds the guard.  The waits for its events, and its
+        # memberships', end (``Channel._ended``).
+        reg = ch.registry
+        gone = reg.destroyed(self, not ch._reader_slot)  # its groups go with it
+        if ch._waits or ch._queued:
+            ch._ended(gone, "destroyed")
+        if self._unacked and not getattr(_batch, "quiet", False):  # destroy_ids warns once for all
+            warnings.warn(unacked_warning([self], True), stacklevel=2)
+        if ch._wait_first and not reg.ids:  # a sync id's channel is its own: closed with its last id
+            ch.close()  # (a sync listener's rejected request must not close the listener's)
+        return reported
+
+    def __enter__(self: _S) -> _S:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._state is not _DESTROYED and not self.channel.closed:
+            self.destroy()
+
+    # -- what the id is
     @property
     def ps(self) -> abi.PortSpace:
         """The port space given to the constructor (``PortSpace.TCP`` by default)."""
@@ -179,38 +260,48 @@ class CmId(Connections, Queries, Lifecycle):
         """How many of the id's events are not acknowledged yet (``destroy()`` warns of them)."""
         return self._unacked
 
+    @property
+    def destination(self) -> Optional[Address]:
+        """The destination given to resolve_addr, as parsed (None before it); ``peer_addr`` is
+        what the kernel says (a query)."""
+        return self._peer()
+
+    @property
+    def qp_num(self) -> Optional[int]:
+        """The QP number this id's connect() or accept() sent (None before either)."""
+        return getattr(self, "_qpn", None)
+
+    @property
+    def request(self: _S) -> Optional[Event[_S]]:
+        """The CONNECT_REQUEST event that made this id (None for an id made by CREATE_ID)."""
+        return getattr(self, "_request", None)
+
+    @property
+    def listen_id(self: _S) -> Optional[_S]:
+        """The listener a connection request's id came from (None for other ids)."""
+        req = self.request
+        return req.listen_id if req is not None else None
+
+    @property
+    def memberships(self) -> List[Membership]:
+        """The multicast groups this id joined and did not leave."""
+        return list(getattr(self, "_mcs", {}).values())
+
     def __repr__(self) -> str:
         return "<CmId uid=%d handle=%s %s %s>" % (self.uid, getattr(self, "handle", "?"), self.ps.name, self._state)
 
-    # -- the general path of every call: Life._call (check, move, write, undo on refusal)
-    def _complete(self, call: Call, command: str, membership: "Optional[Membership]" = None,
-                  **ctx: Any) -> Event:
-        """Sync mode: wait for this id's outcome event (:data:`~pyrdmacm.state.OUTCOMES`), or
-        that of its multicast ``membership``; raise on a failure event."""
-        ch = self.channel
-        uid = self.uid if membership is None else membership.uid
-        # interrupted (a signal's handler raised): its event goes to get_event
-        waiter = ch.wait_for(uid, Waiter(TAKES[(self.kind, call)]))
-        if waiter.error is not None:
-            raise waiter.error
-        ev: Event = waiter.event
-        if not waiter.ok or ev.status:
-            raise EventError(ev, command, netdev=None, **ctx)
-        return ev
-
-    # -- commands
+    # -- addresses and routes
     def bind_addr(self, addr: AddressLike) -> None:
         """Bind to a local address (BIND, or BIND_IP on old kernels): ``rdma_bind_addr``."""
         a = parse_address(addr)
         if self.channel.legacy:
-            data = _CMD["BIND_IP"].encode(0, a.pack_in6(), self.handle)
-            self._call(Call.BIND_ADDR, data, "BIND_IP", {"src": a})
+            self._call(Call.BIND_ADDR, _CMD["BIND_IP"].encode(0, a.pack_in6(), self.handle), "BIND_IP", {"src": a})
         else:
             data = _CMD["BIND"].encode(self.handle, a.size, 0, a.pack_storage())
             self._call(Call.BIND_ADDR, data, "BIND", {"src": a})
 
     def resolve_addr(self, dst: AddressLike, *, src: Optional[AddressLike] = None,
-                     timeout_ms: int = 2000) -> Optional[Event]:
+                     timeout_ms: int = 2000) -> Optional[Event[Any]]:
         """Resolve ``dst`` (and bind to ``src`` or a routed source): ``rdma_resolve_addr``.
 
         Sends RESOLVE_ADDR (RESOLVE_IP on old kernels).  ADDR_RESOLVED or ADDR_ERROR
@@ -251,31 +342,28 @@ class CmId(Connections, Queries, Lifecycle):
         check_int("timeout_ms", timeout_ms, 0xFFFFFFFF)
         if s is not None and s.family != d.family:
             raise UsageError(
-                "source %s and destination %s are of different families: the kernel requires one family" % (s, d)
-            )
+                "source %s and destination %s are of different families: the kernel requires one family" % (s, d))
         self._ready(Call.RESOLVE_ADDR)  # raises, saying why (closed, illegal)
         if s is not None and self._state is _ADDR_BOUND:
-            bound = self._bound_src()
+            try:
+                bound = self.query_addr().src
+            except KernelError:
+                bound = None
             if bound is None or bound != s:
-                warnings.warn(
-                    SourceIgnoredWarning("id is already bound (to %s): the kernel ignores the source %s" % (bound, s)),
-                    stacklevel=3,
-                )
+                warnings.warn(SourceIgnoredWarning(
+                    "id is already bound (to %s): the kernel ignores the source %s" % (bound, s)), stacklevel=3)
         if ch.legacy:
             data = _CMD["RESOLVE_IP"].encode(s.pack_in6() if s is not None else bytes(28), d.pack_in6(),
                                              self.handle, timeout_ms)
-            command = "RESOLVE_IP"
+            return d, s, data, "RESOLVE_IP"
+        if s is None:
+            packed = ch._packed_dst = (dst, d, _resolve_addr_tail(None, d))
+            tail = packed[2]
         else:
-            if s is None:
-                packed = ch._packed_dst = (dst, d, resolve_addr_tail(None, d))
-                tail = packed[2]
-            else:
-                tail = resolve_addr_tail(s, d)
-            data = _RESOLVE_ADDR_HEAD(_H_RESOLVE_ADDR, self.handle, timeout_ms) + tail
-            command = "RESOLVE_ADDR"
-        return d, s, data, command
+            tail = _resolve_addr_tail(s, d)
+        return d, s, _RESOLVE_ADDR_HEAD(_H_RESOLVE_ADDR, self.handle, timeout_ms) + tail, "RESOLVE_ADDR"
 
-    def resolve_route(self, timeout_ms: int = 2000) -> Optional[Event]:
+    def resolve_route(self, timeout_ms: int = 2000) -> Optional[Event[Any]]:
         """Resolve the route to the destination (RESOLVE_ROUTE): ``rdma_resolve_route``.
 
         ROUTE_RESOLVED or ROUTE_ERROR follows (in sync mode: waited for; ROUTE_ERROR
@@ -291,21 +379,232 @@ class CmId(Connections, Queries, Lifecycle):
             return self._complete(_RESOLVE_ROUTE_CALL, "RESOLVE_ROUTE", dst=self._peer())
         return None
 
+    def resolve_ib_service(self, service_id: Optional[int] = None, name: Optional[str] = None) -> Optional[Event[Any]]:
+        """``rdma_resolve_addrinfo`` with an SA hint (RESOLVE_IB_SERVICE, Linux 6.17+): ask the
+        InfiniBand SA for the service records of ``service_id`` and/or ``name`` on the bound
+        device; ADDRINFO_RESOLVED (then :meth:`query_ib_service`, and resolve_route) or
+        ADDRINFO_ERROR follows.  RoCE and iWARP have no SA: the kernel refuses (EOPNOTSUPP);
+        older kernels do not know the command (EINVAL)."""
+        sid, raw_name, flags = params.ib_service(service_id, name)
+        data = _CMD["RESOLVE_IB_SERVICE"].encode(self.handle, 0, sid, raw_name, flags, 0)
+        self._call(Call.RESOLVE_IB_SERVICE, data, "RESOLVE_IB_SERVICE")
+        if self.channel._wait_first and self.sync:
+            return self._complete(Call.RESOLVE_IB_SERVICE, "RESOLVE_IB_SERVICE")
+        return None
+
+    # -- connections: the active side
+    def connect(self: _S, param: Union[ConnParam, int, None] = None, private_data: Optional[bytes] = None,
+                **fields: Any) -> Optional[Event[_S]]:
+        """Connect to the resolved destination (CONNECT): ``rdma_connect``.
+
+        ``param`` is a :class:`~pyrdmacm.records.ConnParam`, or its fields are given as
+        keyword arguments (``connect(qp_num=..., private_data=b"...", retry_count=5)``; the
+        QP number and private data may come positionally, as before).  Without libibverbs
+        there is no QP here: ``qp_num`` names the QP the caller made elsewhere, or None
+        for a number allocated unique in the process (:func:`allocate_qp_num`).
+
+        A connected id then gets CONNECT_RESPONSE (the peer's REP; :meth:`establish` sends
+        the RTU), REJECTED or UNREACHABLE; a datagram id ESTABLISHED (the SIDR REP) or
+        UNREACHABLE.  In sync mode this waits, sends the RTU itself, and returns the event
+        (REJECTED ... raise :class:`EventError`).
+        """
+        p, qp_num = conn_param(param, private_data, fields, _REQ[self._rules.kind is _DATAGRAM],
+                               getattr(self._peer(), "family", abi.AF_INET), getattr(self.channel._t, "ece", True))
+        cmd = (_CONNECT_DEFAULT(qp_num, self.handle) if p is wire.DEFAULT_CONN_PARAM
+               else _CONNECT.encode(*wire.conn_fields(p, qp_num), self.handle, 0, *p.ece))
+        self._qpn = qp_num
+        self._call(_CONNECT_CALL, cmd, "CONNECT")
+        if self.channel._wait_first and self.sync:  # a sync id's channel is its own
+            ev: Event[_S] = self._complete(Call.CONNECT, "CONNECT", dst=self._peer())
+            if ev.event is E.CONNECT_RESPONSE:
+                self.establish()
+            return ev
+        return None
+
+    def establish(self) -> None:
+        """Send the RTU after CONNECT_RESPONSE (ACCEPT with the parameters marked invalid):
+        ``rdma_establish``.  The peer then gets ESTABLISHED; this side gets no event (its
+        state is CONNECTED at once).  Sync mode and the helpers do it themselves."""
+        self._call(_ESTABLISH_CALL, _ESTABLISH(self.handle), "ACCEPT")
+
+    # -- connections: the passive side
     def listen(self, backlog: int = 0) -> None:
         """Listen for connection requests (LISTEN): ``rdma_listen``.  ``backlog`` 0 takes the
         kernel's ``net.rdma_ucm.max_backlog``."""
         check_int("backlog", backlog, 0x7FFFFFFF)
         self._call(Call.LISTEN, _CMD["LISTEN"].encode(self.handle, backlog), "LISTEN")
 
-    # -- connections: parameters
+    def get_request(self: _S, timeout: Optional[float] = None) -> Optional[_S]:
+        """``rdma_get_request``: the id of the next connection request to this listener, or
+        None when none came within ``timeout`` seconds (None: wait for ever).
+
+        For a sync listener (``CmId(None)``), as in librdmacm: a listener with a channel
+        gets its requests as CONNECT_REQUEST events of that channel."""
+        self._allowed(Call.GET_REQUEST)
+        if not self.sync:
+            raise UsageError("get_request is for a sync listener (CmId(None)); a listener with a channel "
+                             "gets its requests as CONNECT_REQUEST events of the channel")
+        # none came in time: a later request is get_event's
+        waiter = self.channel.wait_for(self.uid, Waiter(TAKES[(self.kind, Call.GET_REQUEST)]), timeout)
+        if waiter.error is not None:
+            raise waiter.error
+        ev: Optional[Event[_S]] = waiter.event
+        if ev is None:
+            return None
+        if not waiter.ok:
+            raise EventError(ev, "LISTEN")
+        return ev.id
+
+    def accept(self: _S, param: Union[ConnParam, int, None] = None, private_data: Optional[bytes] = None,
+               **fields: Any) -> Optional[Event[_S]]:
+        """Accept a connection request (ACCEPT): ``rdma_accept``, on the id of a CONNECT_REQUEST.
+
+        ``param`` as for :meth:`connect` (private data up to 196 bytes, 136 on a datagram
+        id).  The id gets its own uid here (the kernel queues its events under it).  A
+        connected id then gets ESTABLISHED when the peer's RTU comes; a datagram id is
+        done at once (the SIDR REP is sent; no event follows).  If the kernel refuses the
+        accept it rejects the request itself (the peer gets REJECTED 28): the id is FAILED.
+        In sync mode (a request of a sync listener) the id first moves to a channel of its
+        own, as librdmacm does, and this waits for ESTABLISHED.
+        """
+        ud = self._rules.kind is _DATAGRAM
+        p, qp_num = conn_param(param, private_data, fields, _REP[ud],
+                               getattr(self._peer(), "family", abi.AF_INET), getattr(self.channel._t, "ece", True))
+        self._ready(Call.ACCEPT)
+        if self.request is None:
+            raise StateError("accept: id uid %d is no connection request's id" % self.uid)
+        if self.sync:
+            self.migrate(self.channel._private())
+        ch = self.channel
+        uid = ch.registry.register(self, ch)
+        cmd = _CMD["ACCEPT"].encode(uid, *wire.conn_fields(p, qp_num), self.handle, 0, *p.ece)
+        self._qpn = qp_num
+        try:
+            self._call(Call.ACCEPT, cmd, "ACCEPT")  # refused: the kernel rejected the request itself (FAILED)
+        except BaseException:
+            ch.registry.unregister(self)
+            raise
+        if self.sync and not ud:
+            return self._complete(Call.ACCEPT, "ACCEPT", dst=self._peer())
+        return None
+
+    def reject(self, private_data: bytes = b"", reason: Optional[int] = None) -> None:
+        """Reject a connection request (REJECT): ``rdma_reject``; on the active side, refuse
+        the peer's REP (after CONNECT_RESPONSE).
+
+        ``private_data`` goes in the REJ (at most 148 bytes; 136 in a datagram id's SIDR
+        REP).  ``reason`` is None (what librdmacm sends: the kernel makes it 28,
+        CONSUMER_DEFINED), 28, or 35 (VENDOR_OPTION_NOT_SUPPORTED: refusing the ECE
+        offered); the kernel takes no other.  The id is FAILED after: destroy it."""
+        data = private_data_for(private_data, "SIDR_REP" if self._rules.kind is _DATAGRAM else "REJ", abi.AF_INET)
+        code = params.reject_reason(reason)
+        self._call(Call.REJECT, _CMD["REJECT"].encode(self.handle, len(data), code, b"", data), "REJECT")
+
+    def notify(self, event: int = abi.NotifyEvent.COMM_EST) -> bool:
+        """``rdma_notify``: tell the CM that the QP saw ``event``.  COMM_EST (the default) on an
+        accepted id makes the connection ESTABLISHED without waiting for the RTU (the
+        ESTABLISHED event follows); PATH_MIG switches to the alternate path.  Returns False
+        when the connection was established already (the kernel's EISCONN, which librdmacm
+        says may be ignored), True otherwise."""
+        try:
+            ev = abi.NotifyEvent(event)
+        except ValueError:
+            raise UsageError("notify takes NotifyEvent.COMM_EST (4) or PATH_MIG (6), got %r" % (event,)) from None
+        try:
+            self._call(Call.NOTIFY, _CMD["NOTIFY"].encode(self.handle, int(ev)), "NOTIFY")
+        except KernelError as e:
+            if e.errno == errno.EISCONN:
+                return False
+            raise
+        return True
+
+    def disconnect(self) -> None:
+        """Disconnect (DISCONNECT): ``rdma_disconnect``; sends a DREQ, or the DREP once the
+        peer's DREQ came (the DISCONNECTED event; the channel answers it itself unless
+        ``channel.answer_disconnect`` is False).  TIMEWAIT_EXIT follows a few seconds later
+        (while the id exists)."""
+        self._call(_DISCONNECT_CALL, _DISCONNECT(self.handle), "DISCONNECT")
+
+    # -- queries (asked on first use, kept until the id moves: Answers)
+    def query_addr(self, devices: Optional[Iterable[Any]] = None) -> AddrInfo:
+        """QUERY ADDR (QUERY_ROUTE on old kernels): source, destination, device, port, pkey.
+
+        The kernel names the device by index and node GUID; ``devices`` (the
+        :class:`~pyrdmacm.devices.Device` records of one read of sysfs) names it without
+        reading sysfs again, for a program that asks for many ids.  A device not in the list is looked up as without it."""
+        return self._answers().query_addr(devices)
+
+    def query_route(self, devices: Optional[Iterable[Any]] = None) -> RouteInfo:
+        """QUERY_ROUTE: the device, the port, and the route's first path (its GIDs and pkey),
+        in one command, as librdmacm reads them after ROUTE_RESOLVED.  Before resolve_route
+        the kernel gives the GIDs the address resolution found (``num_paths`` 0; on RoCE the
+        addresses' own); an id on no device has none.  ``devices``: as for
+        :meth:`query_addr`.  Not kept: the route changes with the id."""
+        return self._answers().query_route(devices)
+
+    def query_gid(self) -> Tuple[Optional[Address], Optional[Address]]:
+        """QUERY GID: source and destination as AF_IB addresses (the GIDs, pkey, service id)."""
+        return self._answers().query_gid()
+
+    def query_path(self) -> List[PathRecord]:
+        """QUERY PATH: the path records of the resolved route (up to 6)."""
+        return self._answers().query_path()
+
+    def query_ib_service(self) -> List[ServiceRecord]:
+        """QUERY IB_SERVICE (Linux 6.17+): the service records RESOLVE_IB_SERVICE found (up to
+        six), [] when there are none (the kernel's ENODATA).  Older kernels refuse the option
+        (ENOSYS)."""
+        return self._answers().query_ib_service()
+
+    def get_local_addr(self) -> Optional[Address]:
+        """``rdma_get_local_addr``: the bound source address (and port)."""
+        return self.query_addr().src
+
+    def get_peer_addr(self) -> Optional[Address]:
+        """``rdma_get_peer_addr``: the destination address (and port)."""
+        info = self.query_addr()
+        return info.dst if info.dst is not None else self._peer()
+
+    def get_src_port(self) -> int:
+        """``rdma_get_src_port``, as a host-order number (librdmacm returns it in network order)."""
+        a = self.get_local_addr()
+        return a.port if a is not None else 0
+
+    def get_dst_port(self) -> int:
+        """``rdma_get_dst_port``, as a host-order number (librdmacm returns it in network order)."""
+        a = self.get_peer_addr()
+        return a.port if a is not None else 0
+
+    local_addr = property(get_local_addr)
+    peer_addr = property(get_peer_addr)
+
     @property
-    def destination(self) -> Optional[Address]:
-        """The destination given to resolve_addr, as parsed (None before it); ``peer_addr`` is
-        what the kernel says (a query)."""
-        return self._peer()
+    def device(self) -> Optional[DeviceRef]:
+        """The RDMA device the id is bound to (QUERY ADDR, kept until the id moves), or None."""
+        return self.query_addr().device
+
+    @property
+    def port_num(self) -> int:
+        """The device's port the id is bound to (QUERY ADDR); 0 while unbound."""
+        return self.query_addr().port_num
+
+    @property
+    def pkey(self) -> int:
+        """The partition key of the id's address (QUERY ADDR; 0x0000 on RoCE, whose GIDs carry none)."""
+        return self.query_addr().pkey
+
+    @property
+    def sgid(self) -> Optional[ipaddress.IPv6Address]:
+        """The source GID (QUERY GID, the AF_IB view of the addresses), or None while unbound."""
+        return self._answers().gid(0)
+
+    @property
+    def dgid(self) -> Optional[ipaddress.IPv6Address]:
+        """The destination GID (QUERY GID), or None before resolve_addr's ADDR_RESOLVED."""
+        return self._answers().gid(1)
 
     # -- multicast
-    def join_multicast(self, addr: AddressLike, *, send_only: bool = False, context: Any = None) -> "Membership":
+    def join_multicast(self, addr: AddressLike, *, send_only: bool = False, context: Any = None) -> Membership:
         """Join a multicast group (JOIN_MCAST; JOIN_IP_MCAST on kernels before 3.11):
         ``rdma_join_multicast_ex``.  A datagram id, bound or resolved.  ``send_only`` joins
         as a send-only full member (no IGMP join on RoCE).  MULTICAST_JOIN (with the
@@ -339,26 +638,6 @@ class CmId(Connections, Queries, Lifecycle):
             self._complete(Call.JOIN_MULTICAST, command, membership=m, dst=a)
         return m
 
-    def _memberships(self) -> Dict[int, "Membership"]:
-        try:
-            return self._mcs
-        except AttributeError:
-            self._mcs = {}
-            return self._mcs
-
-    def _group_uids(self) -> List[int]:
-        """The uids of the groups it joined and did not leave (the channel's registry asks)."""
-        return list(getattr(self, "_mcs", ()))
-
-    def _drop_group(self, uid: int) -> None:
-        """The membership ``uid`` ended (left, or its channel closed)."""
-        getattr(self, "_mcs", {}).pop(uid, None)
-
-    @property
-    def memberships(self) -> List["Membership"]:
-        """The multicast groups this id joined and did not leave."""
-        return list(getattr(self, "_mcs", {}).values())
-
     # -- options
     def set_option(self, option: Union[abi.OptionId, abi.OptionIb], value: Any) -> None:
         """``rdma_set_option``: one of :class:`~pyrdmacm.abi.OptionId` (TOS: 0..255, set before
@@ -367,14 +646,7 @@ class CmId(Connections, Queries, Lifecycle):
         :class:`~pyrdmacm.records.PathRecord` or raw ``ib_path_rec_data`` bytes, after
         ADDR_RESOLVED instead of resolve_route: the kernel queues ROUTE_RESOLVED).  The
         state rules are checked before the syscall."""
-        spec = OPTIONS.get((type(option), option)) if isinstance(option, (abi.OptionId, abi.OptionIb)) else None
-        if spec is None:
-            raise UsageError("unknown option %r: use OptionId.TOS, REUSEADDR, AFONLY, ACK_TIMEOUT or OptionIb.PATH"
-                             % (option,))
-        call, level, encode = spec
-        payload = encode(value)
-        if call is Call.SET_REUSEADDR and not value:
-            call = Call.CLEAR_REUSEADDR
+        call, level, payload = params.option(option, value)
         buf = ReplyBuffer(len(payload))  # the pinned input the command points at, held across the write
         buf.fill(payload)
         data = _CMD["SET_OPTION"].encode(buf.address, self.handle, int(level), int(option), len(payload))
@@ -407,10 +679,7 @@ class CmId(Connections, Queries, Lifecycle):
         with (:meth:`QpAttr.to_pyverbs <pyrdmacm.QpAttr.to_pyverbs>` for a pyverbs QP:
         docs/pyverbs.md), and the numbers behind a data-plane failure (peer QPN, PSNs, MTU,
         timeout, retry counts)."""
-        try:
-            st = abi.QpState(check_int("qp_state", qp_state, 0xFFFFFFFF))
-        except ValueError:
-            raise UsageError("qp_state %r: use a QpState (RESET 0 .. ERR 6)" % (qp_state,)) from None
+        st = params.qp_state(qp_state)
         reply = ReplyBuffer(_CMD["INIT_QP_ATTR"].out)
         self._call(Call.INIT_QP_ATTR, _CMD["INIT_QP_ATTR"].encode(reply.address, self.handle, int(st)),
                    "INIT_QP_ATTR")
@@ -441,10 +710,10 @@ class CmId(Connections, Queries, Lifecycle):
         # an event the old channel's reader holds still finds the id (its grave)
         old.registry.moved(self, mcs, channel.registry, not old._reader_slot)
         self.channel = channel
-        self._moves = getattr(self, "_moves", 0) + 1  # after the channel: see Connections._answer_dreq
+        self._moves = getattr(self, "_moves", 0) + 1  # after the channel: see Life._answer_dreq
         old._ended([self.uid] + [m.uid for m in mcs], "migrated")
         # the old channel's reader answered a DISCONNECTED of this id while MIGRATE_ID moved it,
-        # and the kernel refused that DREP on the old fd: send it here (Connections._answer_dreq)
+        # and the kernel refused that DREP on the old fd: send it here (Life._answer_dreq)
         pending = getattr(self, "_drep", None)
         if pending:
             try:
@@ -453,7 +722,7 @@ class CmId(Connections, Queries, Lifecycle):
                 pass  # the reader took it after all
             else:
                 try:
-                    channel.submit(wire.DISCONNECT(self.handle), "DISCONNECT")
+                    channel.submit(_DISCONNECT(self.handle), "DISCONNECT")
                 except (KernelError, StateError):
                     pass
         reported: int = reply.u32[0]
@@ -463,79 +732,26 @@ class CmId(Connections, Queries, Lifecycle):
         """Queue a USER event for this id on its own channel (WRITE_CM_EVENT, Linux 6.17+):
         a wake-up for a thread or task reading the channel; ``event.param`` is
         ``(arg & 0xffffffff, arg >> 32)``.  Older kernels refuse it (EINVAL)."""
-        arg = check_int("arg", arg, 0xFFFFFFFFFFFFFFFF)
-        status = check_int("status", status, 0x7FFFFFFF, -0x80000000)
+        status_u32, param = params.user_event(arg, status)
         self._alive("write_event")
-        param = struct.pack("<Q", arg).ljust(_WRITE_EVENT_PARAM, b"\0")
-        self.channel.submit(_CMD["WRITE_CM_EVENT"].encode(self.handle, 0, int(E.USER), status & 0xFFFFFFFF, param),
+        self.channel.submit(_CMD["WRITE_CM_EVENT"].encode(self.handle, 0, int(E.USER), status_u32, param),
                             "WRITE_CM_EVENT")
 
+    # -- the sync wait of every verb
+    def _complete(self, call: Call, command: str, membership: Optional[Membership] = None,
+                  **ctx: Any) -> Event[Any]:
+        """Sync mode: wait for this id's outcome event (:data:`~pyrdmacm.state.OUTCOMES`), or
+        that of its multicast ``membership``; raise on a failure event."""
+        uid = self.uid if membership is None else membership.uid
+        # interrupted (a signal's handler raised): its event goes to get_event
+        waiter = self.channel.wait_for(uid, Waiter(TAKES[(self._rules.kind, call)]))
+        if waiter.error is not None:
+            raise waiter.error
+        ev: Event[Any] = waiter.event
+        if not waiter.ok or ev.status:
+            raise EventError(ev, command, netdev=None, **ctx)
+        return ev
 
-    def __enter__(self) -> "CmId":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._state is not _DESTROYED and not self.channel.closed:
-            self.destroy()
-
-    def _spawn(self, channel: "Channel[CmId]", handle: int) -> "CmId":
-        """The id the kernel made for a connection request to this listener (its ``handle``,
-        on ``channel``).  It has no uid yet (0): the kernel queues no event for it until
-        ACCEPT gives it one, and then it is registered; until then it is not in the
-        channel's registry."""
-        obj: CmId = object.__new__(CmId)
-        obj.channel, obj.handle, obj.uid = channel, handle, 0
-        obj._born(self._rules, State.REQUEST)
-        context = self.context
-        if context is not None:
-            obj._context = context
-        if self.sync:
-            obj._sync = True
-        return obj
-
-    def _peer(self) -> Optional[Address]:
-        """The destination given to resolve_addr (None before it)."""
-        try:
-            return self._dst
-        except AttributeError:
-            return None
-
-    def resolve_ib_service(self, service_id: Optional[int] = None, name: Optional[str] = None) -> Optional[Event]:
-        """``rdma_resolve_addrinfo`` with an SA hint (RESOLVE_IB_SERVICE, Linux 6.17+): ask the
-        InfiniBand SA for the service records of ``service_id`` and/or ``name`` on the bound
-        device; ADDRINFO_RESOLVED (then :meth:`query_ib_service`, and resolve_route) or
-        ADDRINFO_ERROR follows.  RoCE and iWARP have no SA: the kernel refuses (EOPNOTSUPP);
-        older kernels do not know the command (EINVAL)."""
-        flags = 0
-        sid = 0
-        raw_name = b""
-        if service_id is not None:
-            sid = check_int("service_id", service_id, 0xFFFFFFFFFFFFFFFF)
-            flags |= abi.IbServiceFlag.ID
-        if name is not None:
-            if not isinstance(name, str):
-                raise UsageError("name must be a str, got %r" % (name,))
-            raw_name = name.encode()
-            if len(raw_name) >= abi.RDMA_USER_CM_IB_SERVICE_NAME_SIZE:
-                raise UsageError("a service name has at most %d bytes" % (abi.RDMA_USER_CM_IB_SERVICE_NAME_SIZE - 1))
-            flags |= abi.IbServiceFlag.NAME
-        if not flags:
-            raise UsageError("resolve_ib_service needs a service_id, a name, or both")
-        data = _CMD["RESOLVE_IB_SERVICE"].encode(self.handle, 0, sid, raw_name, int(flags), 0)
-        self._call(Call.RESOLVE_IB_SERVICE, data, "RESOLVE_IB_SERVICE")
-        if self.channel._wait_first and self.sync:
-            return self._complete(Call.RESOLVE_IB_SERVICE, "RESOLVE_IB_SERVICE")
-        return None
-
-
-_WRITE_EVENT_PARAM = CODECS["rdma_ucm_write_cm_event"].size - CODECS["rdma_ucm_write_cm_event"].offset("param")
-
-
-_H_RESOLVE_ADDR = _CMD["RESOLVE_ADDR"].header
-_RESOLVE_ADDR_HEAD, resolve_addr_tail = wire.RESOLVE_ADDR_HEAD, wire.resolve_addr_tail
-_ESTABLISH, _CONNECT_DEFAULT, _CONNECT, _ACCEPT = wire.ESTABLISH, wire.CONNECT_DEFAULT, _CMD["CONNECT"], _CMD["ACCEPT"]
-_ROUTE_CMD, _H_RESOLVE_ROUTE = _CMD["RESOLVE_ROUTE"].pack, _CMD["RESOLVE_ROUTE"].header
-_RESOLVE_ADDR_CALL, _RESOLVE_ROUTE_CALL = Call.RESOLVE_ADDR, Call.RESOLVE_ROUTE
 
 if TYPE_CHECKING:  # pragma: no cover - mypy checks here that a CmId is what the channel asks of an id
     def _is_a_channel_id(cm_id: CmId) -> ChannelId:

@@ -10,14 +10,16 @@ for the events that answer calls, the faults -- is its engine's,
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Iterable, List, Optional, Union
 
 from . import process as _process
 from .. import abi
 from .channel import Channel
-from .life import UnackedEventsWarning, create_many, destroy_many
-from .cmid import CmId
-from ..state import rules_for
+from .cmid import CmId, UnackedEventsWarning, _batch, unacked_warning
+from .params import port_space
+from ..errors import StateError, UsageError
+from ..state import State, rules_for
 
 _PS_TCP = abi.PortSpace.TCP
 _TCP_RC = rules_for(_PS_TCP, abi.QpType.RC)
@@ -52,7 +54,25 @@ class EventChannel(Channel[CmId]):
         All or nothing: if the kernel refuses one (EMFILE, ENOMEM ...), the ids made so far
         are destroyed again and the refusal is raised.
         """
-        return create_many(self, CmId, n, ps, qp_type)
+        if n.__class__ is not int or n < 0:
+            raise UsageError("n must be an int >= 0 (how many ids), got %r" % (n,))
+        custom = ps is not _PS_TCP or qp_type is not None
+        rules = rules_for(*port_space(ps, qp_type)) if custom else _TCP_RC
+        if self._live != _process.PID:
+            self._check()
+        out: List[CmId] = []
+        append = out.append
+        try:
+            for _ in range(n):
+                append(_new_object(CmId)._create(self, rules))
+        except BaseException:
+            for cm_id in out:  # all or nothing
+                try:
+                    cm_id.destroy()
+                except Exception:  # pragma: no cover - the channel is failing: closing it frees them
+                    pass
+            raise
+        return out
 
     def destroy_ids(self, ids: Iterable[CmId]) -> List[int]:
         """Destroy many ids of this channel; their ``events_reported``, in order.
@@ -61,4 +81,42 @@ class EventChannel(Channel[CmId]):
         or StateError before any syscall). Ids with events not acked are reported in one
         :class:`UnackedEventsWarning`.
         """
-        return destroy_many(self, CmId, list(ids))
+        ids = list(ids)
+        if self._live != _process.PID:
+            if self.closed:
+                for cm_id in ids:
+                    if getattr(cm_id, "channel", None) is self:
+                        cm_id._closed()
+                raise StateError("destroy_ids: the event channel is closed (the kernel destroyed its ids then)")
+            self._check()
+        try:  # one pass that only says yes or no; _destroy_refusal says what is wrong
+            ok = all([cm_id.channel is self and cm_id._state is not State.DESTROYED for cm_id in ids])
+            ok = ok and len(set(ids)) == len(ids)
+        except (AttributeError, TypeError):
+            ok = False
+        if not ok:
+            raise self._destroy_refusal(ids)
+        out: List[int] = []
+        _batch.quiet = True  # one warning for the batch (this thread's destroy() calls say nothing)
+        try:
+            for cm_id in ids:
+                out.append(cm_id.destroy())
+        finally:
+            _batch.quiet = False
+            unacked = [cm_id for cm_id in ids[: len(out)] if cm_id._unacked]
+            if unacked:
+                warnings.warn(unacked_warning(unacked), stacklevel=2)
+        return out
+
+    def _destroy_refusal(self, ids: List[Any]) -> Exception:
+        """What is wrong with the ids given to destroy_ids (the first fault found)."""
+        seen = set()
+        for cm_id in ids:
+            if not isinstance(cm_id, CmId) or cm_id.channel is not self:
+                return UsageError("destroy_ids takes ids of this channel, got %r" % (cm_id,))
+            if cm_id._state is State.DESTROYED:
+                return StateError("destroy_ids: id uid %d is already destroyed" % cm_id.uid)
+            if id(cm_id) in seen:
+                return UsageError("destroy_ids: id uid %d is given twice" % cm_id.uid)
+            seen.add(id(cm_id))
+        return UsageError("destroy_ids: %d ids that cannot be told apart" % len(ids))  # pragma: no cover

@@ -1,45 +1,36 @@
-"""An id's life: its record and the moves that change it (:class:`Life`, :func:`ack`), its
-birth and death on its channel (:class:`Lifecycle`: CREATE_ID and DESTROY_ID, for the single
-calls and the batches, ``EventChannel.create_ids`` and ``destroy_ids``, alike).
+"""An id's life: its record and the moves that change it (:class:`Life`, :func:`ack`).
 
 :mod:`pyrdmacm.state` says what a call or an event does (pure code, the one table);
 :class:`Life` applies it: its methods and :func:`ack` are the only code that assigns an id's
-state, its count of events not acknowledged and its cached query answers.  The one I/O a
+state, its count of events not acknowledged and its kept query answers.  The one I/O a
 move starts is a call's write, through the channel's writer, between the id's move and its
-undo (:meth:`Life._call`).  The channel's registry (uid -> id) is written by
-:class:`~pyrdmacm.core.registry.Registry` alone, which the birth and death here ask.
-
-An id leaves the registry after its DESTROY_ID returns, and while a reader holds the
-channel's reader guard it stays findable in the channel's grave: an event the reader had
-taken before (the kernel counted it in ``events_reported``) is still handed out.
+undo (:meth:`Life._call`).  :class:`~pyrdmacm.core.cmid.CmId`, a Life, has the verbs that
+make the calls, and its birth and death (CREATE_ID, DESTROY_ID); the channel's registry
+(uid -> id) is written by :class:`~pyrdmacm.core.registry.Registry` alone.
 """
 
 from __future__ import annotations
 
 import errno
-import threading
-import warnings
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Type, Union
+from typing import Any, Dict, List, Optional, TypeVar, Union
 
 from . import process as _process
-from .. import abi, wire
-from .device import ReplyBuffer
-from .params import port_space
+from .membership import Membership
+from .queries import Answers
+from .. import wire
 from ..abi import CmEventType as E
-from ..errors import StateError, UsageError
-from ..state import AFTER_REFUSAL, Call, Rules, State, after_event, refusal, rules_for
+from ..addr import Address
+from ..errors import StateError
+from ..state import AFTER_REFUSAL, Call, Rules, State, after_event, refusal
 
-__all__ = ["Life", "ack", "Lifecycle", "UnackedEventsWarning", "create_many", "destroy_many", "unacked_warning"]
+#: an event (life.py names no event class: events.py imports ack from here)
+_E = TypeVar("_E")
 
-_CMD = wire.COMMAND
-_CREATE, _DESTROY = _CMD["CREATE_ID"], _CMD["DESTROY_ID"]
-_CREATE_CMD, _H_CREATE, _N_CREATE, _N_CREATE_REPLY = _CREATE.pack, _CREATE.header, _CREATE.size, _CREATE.out
-_DESTROY_CMD, _H_DESTROY, _N_DESTROY_REPLY = _DESTROY.pack, _DESTROY.header, _DESTROY.out
-_DESTROY_CALL = Call.DESTROY
-_NO_CONTEXT: Dict[str, Any] = {}  # a refused DESTROY_ID names no address
-#: per thread: destroy_ids is destroying (its destroy() calls leave the unacked warning to it)
-_batch = threading.local()
-_TCP_RC = rules_for(abi.PortSpace.TCP, abi.QpType.RC)
+
+__all__ = ["Life", "ack"]
+
+_DESTROYED = State.DESTROYED
+_DISCONNECT = wire.DISCONNECT
 _new_object = object.__new__
 
 
@@ -52,11 +43,11 @@ class Life:
     is one transaction (:meth:`_call`): the id moves before its command is written, so that
     an event another thread reads meanwhile finds the id where the command left it, and back
     when the kernel refuses the command; an event moves it as the table says
-    (:meth:`_on_event`).  Its birth and death (CREATE_ID, DESTROY_ID, the channel's
-    registry) are :class:`pyrdmacm.core.life.Lifecycle`'s.
+    (:meth:`_on_event`).
     """
 
-    __slots__ = ("channel", "uid", "handle", "_rules", "_state", "_unacked", "_cache")
+    __slots__ = ("channel", "uid", "handle", "_rules", "_state", "_unacked", "_cache", "_dst", "_sync", "_context",
+                 "_qpn", "_request", "_mcs", "_drep", "_moves", "__weakref__")
 
     #: the id's channel (a :class:`~pyrdmacm.core.channel.Channel`: its write sends the commands)
     channel: Any
@@ -69,10 +60,26 @@ class Life:
     _rules: Rules
     _state: State
     _unacked: int
-    _cache: Optional[List[Any]]
-
-    if TYPE_CHECKING:  # pragma: no cover - the id's (CmId's)
-        def _peer(self) -> Any: ...
+    #: the id's kept query answers (made on its first question), until it moves
+    _cache: Optional[Answers]
+    #: the destination given to resolve_addr (unset before it)
+    _dst: Address
+    # Unset on most ids (read through getattr, or AttributeError caught):
+    #: True for an id of ``CmId(None)``: a channel of its own, blocking calls
+    _sync: bool
+    #: the caller's ``context``
+    _context: Any
+    #: the QP number connect() or accept() sent
+    _qpn: int
+    #: the CONNECT_REQUEST event that made this id (an :class:`~pyrdmacm.core.events.Event`,
+    #: whose module imports this one)
+    _request: Any
+    #: the multicast groups it joined and did not leave, by uid
+    _mcs: Dict[int, Membership]
+    #: a DREP the old channel's reader could not send during migrate() (see :meth:`_answer_dreq`)
+    _drep: List[bool]
+    #: how many times migrate() moved the id
+    _moves: int
 
     def _born(self, rules: Rules, state: State = State.IDLE) -> None:
         """A new id of ``rules``' kind, in ``state`` (IDLE; REQUEST for a connection request's)."""
@@ -90,6 +97,20 @@ class Life:
                 raise StateError("%s: the id's event channel is closed (closing it destroyed the id)" % call)
             ch._check()
         self._allowed(call)
+
+    def _alive(self, call: str) -> None:
+        """StateError for a destroyed id (the kernel reuses its handle for new ids), before any
+        kept answer or syscall; the channel's faults as :meth:`Channel._check` says."""
+        if self._state is _DESTROYED:
+            raise StateError("%s on a destroyed id (uid %d): create a new id" % (call, self.uid))
+        self.channel._check()
+
+    def _peer(self) -> Optional[Address]:
+        """The destination given to resolve_addr (None before it): the address a refusal names."""
+        try:
+            return self._dst
+        except AttributeError:
+            return None
 
     def _allowed(self, call: Call) -> None:
         """StateError if ``call`` is illegal in the id's state (a call that moves nothing)."""
@@ -188,12 +209,78 @@ class Life:
         """Its channel was closed: the kernel destroyed it."""
         self._state = self._rules.calls[Call.DESTROY].get(self._state, State.DESTROYED)
 
-    def _answers(self) -> List[Any]:
-        """The cached query answers (``[addr info, gids]``), until the id moves; made on first use."""
+    def _answers(self) -> Answers:
+        """The kept query answers (:class:`~pyrdmacm.core.queries.Answers`), until the id moves;
+        made on first use."""
         cache = self._cache
         if cache is None:
-            cache = self._cache = [None, None]
+            cache = self._cache = Answers(self)
         return cache
+
+    # -- what the channel asks of an id beyond the moves (registry.ChannelId)
+    def _spawn(self, channel: Any, handle: int) -> Any:
+        """The id the kernel made for a connection request to this listener (its ``handle``,
+        on ``channel``).  It has no uid yet (0): the kernel queues no event for it until
+        ACCEPT gives it one, and then it is registered; until then it is not in the
+        channel's registry."""
+        obj = _new_object(self.__class__)
+        obj.channel, obj.handle, obj.uid = channel, handle, 0
+        obj._born(self._rules, State.REQUEST)
+        context = getattr(self, "_context", None)
+        if context is not None:
+            obj._context = context
+        if getattr(self, "_sync", False):
+            obj._sync = True
+        return obj
+
+    def _requested(self, event: _E) -> _E:
+        """This id is the new id of the connection request ``event`` (which it counts)."""
+        self._request = event
+        self._counted()
+        return event
+
+    def _answer_dreq(self) -> None:
+        """DISCONNECTED came (the peer's DREQ, or the DREP of ours): send DISCONNECT, which answers
+        a DREQ with the DREP (so the peer's disconnect completes, and both ends reach timewait when
+        two DREQs crossed) and does nothing otherwise.  Written on the id's own channel: an id
+        migrated after the reader took the event is on another fd now.  If MIGRATE_ID is moving
+        the id right now, the write is refused on the old fd; migrate() then sends it on the new
+        one (whichever of the two takes the pending answer first sends it, once).  Whether the
+        id moved is told by its count of moves, not by its channel: two migrations (away and
+        back) around the refused write leave the channel as it was."""
+        data = _DISCONNECT(self.handle)
+        moves = getattr(self, "_moves", 0)
+        try:
+            self.channel._write(data)
+            return
+        except OSError:
+            if getattr(self, "_moves", 0) == moves:  # not moved since: gone, or MIGRATE_ID in flight
+                pending = self._drep = [True]
+                if getattr(self, "_moves", 0) == moves:
+                    return  # a migrate() in flight finds it (see CmId.migrate)
+                try:
+                    pending.pop()
+                except IndexError:
+                    return  # migrate() took it
+        try:  # moved meanwhile: where it is now
+            self.channel._write(data)
+        except OSError:
+            pass
+
+    def _memberships(self) -> Dict[int, Membership]:
+        try:
+            return self._mcs
+        except AttributeError:
+            self._mcs = {}
+            return self._mcs
+
+    def _group_uids(self) -> List[int]:
+        """The uids of the groups it joined and did not leave (the channel's registry asks)."""
+        return list(getattr(self, "_mcs", ()))
+
+    def _drop_group(self, uid: int) -> None:
+        """The membership ``uid`` ended (left, or its channel closed)."""
+        getattr(self, "_mcs", {}).pop(uid, None)
 
 
 def ack(event: Any) -> None:
@@ -209,167 +296,3 @@ def ack(event: Any) -> None:
     if left < 0:
         raise StateError("ack: every event of id uid %d was already acked" % getattr(life, "uid", 0))
     life._unacked = left
-
-
-class UnackedEventsWarning(ResourceWarning):
-    """An id was destroyed with events still unacknowledged (librdmacm would hang here)."""
-
-
-class Lifecycle(Life):
-    """An id's birth and death on its channel, the one place of each: CREATE_ID (and the
-    registry's uid -> id) and DESTROY_ID (the registry, the waits and memberships that go
-    with it).  The record and every move of its state are :class:`Life`'s."""
-
-    __slots__ = ()
-
-    def _create(self, channel: Any, rules: Rules) -> Any:
-        """CREATE_ID for this new id (checked, not yet created) on a live ``channel``, of the
-        port space and QP type of ``rules``: the one place that writes it (``CmId()``,
-        ``EventChannel.create_id`` and ``create_ids`` end here).  The id is registered
-        (uid -> id) once the kernel made it.  Returns the id."""
-        self.channel = channel
-        self._born(rules)
-        pool = channel._create_replies
-        try:
-            reply = pool.pop()
-        except IndexError:  # another thread has it
-            reply = ReplyBuffer(_N_CREATE_REPLY)
-        uid = self.uid = _process.next_uid()
-        data = _CREATE_CMD(_H_CREATE, uid, reply.address, rules.ps, rules.qp_type, b"")
-        try:
-            n = channel._write(data)
-        except OSError as e:
-            pool.append(reply)
-            raise channel._refused(e, "CREATE_ID", {}) from None
-        if n != _N_CREATE:
-            pool.append(reply)
-            raise channel._short(n, data, "CREATE_ID")
-        self.handle = reply.u32[0]
-        pool.append(reply)
-        channel.registry.add(uid, self)
-        return self
-
-    def destroy(self) -> int:
-        """Destroy the id (DESTROY_ID): ``rdma_destroy_id``.  Returns ``events_reported``.
-
-        Never blocks: events not yet acked are reported with an
-        :class:`UnackedEventsWarning` (librdmacm would wait for them for ever).
-
-        Destroying is a CM verb: by the connection's state the kernel's IB CM sends the peer
-        a REJ 4 (TIMEOUT: our REQ was still outstanding), a REJ 28 without data (a request
-        not yet answered, or a REP not yet answered by an RTU), a DREQ and timewait (an
-        established connection), or the DREP (a DREQ received and not yet answered).  UD
-        ids send nothing.  Closing the channel destroys all its ids the same way.
-        """
-        # The one place that writes DESTROY_ID (destroy_ids and create_ids' undo end here).
-        ch = self.channel
-        if ch._live != _process.PID:
-            if ch.closed:
-                self._closed()
-                raise StateError("destroy: the id's event channel is closed (the kernel destroyed its ids then)")
-            ch._check()
-        pool = ch._destroy_replies
-        try:
-            reply = pool.pop()
-        except IndexError:  # another thread has it
-            reply = ReplyBuffer(_N_DESTROY_REPLY)
-        try:  # no call of the id from here on; its events read meanwhile stay its
-            self._call(_DESTROY_CALL, _DESTROY_CMD(_H_DESTROY, reply.address, self.handle, 0), "DESTROY_ID",
-                       _NO_CONTEXT)
-        except BaseException:
-            pool.append(reply)
-            if ch.closed:  # refused because closed: closing the channel destroyed it anyway
-                self._closed()
-            raise
-        reported: int = reply.u32[0]
-        pool.append(reply)
-        # Off the registry after DESTROY_ID: the kernel queues no event of the id from now on, and
-        # one that a reader took before (counted in events_reported) must still find its id -- in
-        # the grave while that reader holds the guard (it empties the grave when it lets go).  The
-        # waits for its events, and its memberships', end (``Channel._ended``).
-        reg = ch.registry
-        gone = reg.destroyed(self, not ch._reader_slot)  # its groups go with it
-        if ch._waits or ch._queued:
-            ch._ended(gone, "destroyed")
-        if self._unacked and not getattr(_batch, "quiet", False):  # destroy_ids warns once for all
-            warnings.warn(unacked_warning([self], True), stacklevel=2)
-        if ch._wait_first and not reg.ids:  # a sync id's channel is its own: closed with its last id
-            ch.close()  # (a sync listener's rejected request must not close the listener's)
-        return reported
-
-
-def create_many(channel: Any, cls: Type[Any], n: int, ps: Any, qp_type: Optional[int]) -> List[Any]:
-    """``EventChannel.create_ids``: ``n`` ids of class ``cls`` made by :meth:`Lifecycle._create`, all or nothing."""
-    if n.__class__ is not int or n < 0:
-        raise UsageError("n must be an int >= 0 (how many ids), got %r" % (n,))
-    custom = ps is not abi.PortSpace.TCP or qp_type is not None
-    rules = rules_for(*port_space(ps, qp_type)) if custom else _TCP_RC
-    if channel._live != _process.PID:
-        channel._check()
-    out: List[Any] = []
-    append = out.append
-    try:
-        for _ in range(n):
-            append(_new_object(cls)._create(channel, rules))
-    except BaseException:
-        for cm_id in out:  # all or nothing
-            try:
-                cm_id.destroy()
-            except Exception:  # pragma: no cover - the channel is failing: closing it frees them
-                pass
-        raise
-    return out
-
-
-def destroy_many(channel: Any, cls: Type[Any], ids: List[Any]) -> List[int]:
-    """``EventChannel.destroy_ids``: every id checked first, then :meth:`Lifecycle.destroy` each."""
-    if channel._live != _process.PID:
-        if channel.closed:
-            for cm_id in ids:
-                if getattr(cm_id, "channel", None) is channel:
-                    cm_id._closed()
-            raise StateError("destroy_ids: the event channel is closed (the kernel destroyed its ids then)")
-        channel._check()
-    try:  # one pass that only says yes or no; _destroy_refusal says what is wrong
-        ok = all([cm_id.channel is channel and cm_id._state is not State.DESTROYED for cm_id in ids])
-        ok = ok and len(set(ids)) == len(ids)
-    except (AttributeError, TypeError):
-        ok = False
-    if not ok:
-        raise _destroy_refusal(channel, cls, ids)
-    out: List[int] = []
-    _batch.quiet = True  # one warning for the batch (this thread's destroy() calls say nothing)
-    try:
-        for cm_id in ids:
-            out.append(cm_id.destroy())
-    finally:
-        _batch.quiet = False
-        unacked = [cm_id for cm_id in ids[: len(out)] if cm_id._unacked]
-        if unacked:
-            warnings.warn(unacked_warning(unacked), stacklevel=3)
-    return out
-
-
-def _destroy_refusal(channel: Any, cls: Type[Any], ids: List[Any]) -> Exception:
-    seen = set()
-    for cm_id in ids:
-        if not isinstance(cm_id, cls) or cm_id.channel is not channel:
-            return UsageError("destroy_ids takes ids of this channel, got %r" % (cm_id,))
-        if cm_id._state is State.DESTROYED:
-            return StateError("destroy_ids: id uid %d is already destroyed" % cm_id.uid)
-        if id(cm_id) in seen:
-            return UsageError("destroy_ids: id uid %d is given twice" % cm_id.uid)
-        seen.add(id(cm_id))
-    return UsageError("destroy_ids: %d ids that cannot be told apart" % len(ids))  # pragma: no cover
-
-
-def unacked_warning(ids: List[Any], one: bool = False) -> UnackedEventsWarning:
-    """The warning of destroy() (``one``) or destroy_ids() for ids with events not acked."""
-    if one:
-        return UnackedEventsWarning(
-            "id uid %d destroyed with %d event(s) not acked (harmless here; librdmacm would block)"
-            % (ids[0].uid, ids[0]._unacked))
-    return UnackedEventsWarning(
-        "%d id(s) destroyed with %d event(s) not acked, uid %s (harmless here; librdmacm "
-        "would block)" % (len(ids), sum(i._unacked for i in ids),
-                          ", ".join(str(i.uid) for i in ids[:8]) + (" ..." if len(ids) > 8 else "")))

@@ -21,7 +21,7 @@ from ..records import ConnParam
 from ..state import Call
 
 __all__ = ["check_int", "port_space", "qp_num_given", "private_data_for", "conn_param", "allocate_qp_num",
-           "OPTIONS"]
+           "option", "qp_state", "reject_reason", "ib_service", "user_event"]
 
 _PortSpace = abi.PortSpace
 
@@ -200,7 +200,7 @@ def _opt_paths(v: Any) -> bytes:
 
 #: option -> (the state machine's call, the level, the value's encoder)
 #: (keyed by the enum and the member: OptionIb.PATH and OptionId.REUSEADDR are both 1)
-OPTIONS: Dict[Tuple[type, Any], Tuple[Call, abi.OptionLevel, Callable[[Any], bytes]]] = {
+_OPTIONS: Dict[Tuple[type, Any], Tuple[Call, abi.OptionLevel, Callable[[Any], bytes]]] = {
     (abi.OptionId, abi.OptionId.TOS): (Call.SET_TOS, abi.OptionLevel.ID, _opt_u8("TOS", 0xFF)),
     (abi.OptionId, abi.OptionId.REUSEADDR): (Call.SET_REUSEADDR, abi.OptionLevel.ID, _opt_bool("REUSEADDR")),
     (abi.OptionId, abi.OptionId.AFONLY): (Call.SET_AFONLY, abi.OptionLevel.ID, _opt_bool("AFONLY")),
@@ -209,3 +209,68 @@ OPTIONS: Dict[Tuple[type, Any], Tuple[Call, abi.OptionLevel, Callable[[Any], byt
 }
 
 _CONN_FIELDS = tuple(f.name for f in dataclasses.fields(ConnParam))
+
+
+def option(opt: Any, value: Any) -> Tuple[Call, abi.OptionLevel, bytes]:
+    """set_option's arguments: the state machine's call (REUSEADDR off is its own), the
+    option's level, and the value encoded."""
+    spec = _OPTIONS.get((type(opt), opt)) if isinstance(opt, (abi.OptionId, abi.OptionIb)) else None
+    if spec is None:
+        raise UsageError("unknown option %r: use OptionId.TOS, REUSEADDR, AFONLY, ACK_TIMEOUT or OptionIb.PATH"
+                         % (opt,))
+    call, level, encode = spec
+    payload = encode(value)
+    if call is Call.SET_REUSEADDR and not value:
+        call = Call.CLEAR_REUSEADDR
+    return call, level, payload
+
+
+def qp_state(value: Any) -> abi.QpState:
+    """init_qp_attr's QP state."""
+    try:
+        return abi.QpState(check_int("qp_state", value, 0xFFFFFFFF))
+    except ValueError:
+        raise UsageError("qp_state %r: use a QpState (RESET 0 .. ERR 6)" % (value,)) from None
+
+
+def reject_reason(reason: Optional[int]) -> int:
+    """reject's reason: 0 (the kernel makes it 28) for None, else 28 or 35, the two it takes."""
+    if reason is None:
+        return 0
+    code = check_int("reason", reason, 0xFF)
+    if code not in abi.REJECT_REASONS:
+        raise UsageError("reason %r: the kernel takes only 28 (CONSUMER_DEFINED) and 35 "
+                         "(VENDOR_OPTION_NOT_SUPPORTED); leave it out for 28" % (reason,))
+    return code
+
+
+def ib_service(service_id: Optional[int], name: Optional[str]) -> Tuple[int, bytes, int]:
+    """resolve_ib_service's arguments: the service id, the name's bytes and the flags saying
+    which of the two were given (one at least)."""
+    flags = 0
+    sid = 0
+    raw_name = b""
+    if service_id is not None:
+        sid = check_int("service_id", service_id, 0xFFFFFFFFFFFFFFFF)
+        flags |= abi.IbServiceFlag.ID
+    if name is not None:
+        if not isinstance(name, str):
+            raise UsageError("name must be a str, got %r" % (name,))
+        raw_name = name.encode()
+        if len(raw_name) >= abi.RDMA_USER_CM_IB_SERVICE_NAME_SIZE:
+            raise UsageError("a service name has at most %d bytes" % (abi.RDMA_USER_CM_IB_SERVICE_NAME_SIZE - 1))
+        flags |= abi.IbServiceFlag.NAME
+    if not flags:
+        raise UsageError("resolve_ib_service needs a service_id, a name, or both")
+    return sid, raw_name, int(flags)
+
+
+_USER_PARAM = CODECS["rdma_ucm_write_cm_event"].size - CODECS["rdma_ucm_write_cm_event"].offset("param")
+
+
+def user_event(arg: Any, status: Any) -> Tuple[int, bytes]:
+    """write_event's arguments: the status as the kernel's u32, and the event's parameter
+    (``arg`` in its first 8 bytes)."""
+    arg = check_int("arg", arg, 0xFFFFFFFFFFFFFFFF)
+    status = check_int("status", status, 0x7FFFFFFF, -0x80000000)
+    return status & 0xFFFFFFFF, struct.pack("<Q", arg).ljust(_USER_PARAM, b"\0")

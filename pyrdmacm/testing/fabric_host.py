@@ -31,7 +31,7 @@ from .fabric_cm import SIDR_REJECT, CmEnd, CmKernel, CmRequest, IbCmWire, wire_s
 from .fake import FakeKernel
 from .fake_ids import IdContext, kernel_error
 from .fake_net import FakeDevice, FakeNet
-from .fake_transport import KernelCore, Machine
+from .fake_file import KernelCore, Machine
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.event_channel import EventChannel

@@ -12,7 +12,7 @@ address in the command's ``response`` field, as ``copy_to_user`` would.
 
 The fake is put together from modules by job:
 
-* :mod:`.fake_transport` -- the fd, ``ucma_write``'s checks, the event queue (a pipe
+* :mod:`.fake_file` -- the fd, ``ucma_write``'s checks, the event queue (a pipe
   carries one byte per queued event, so ``fileno()`` polls readable exactly when the
   kernel's fd would), the machine's table of ids and fds, GET_EVENT, WRITE_CM_EVENT and
   MIGRATE_ID (between any two fakes of one machine, named by their fd);

@@ -27,7 +27,7 @@ from ._ibcm import IbCmId, IbCmState
 from ._ibcm import CmInput as In
 from .fake_ids import IdContext, kernel_error, sockaddr_or_none
 from .fake_net import PACKET_LIFETIME, FakeDevice
-from .fake_transport import KernelCore
+from .fake_file import KernelCore
 
 __all__ = ["IdCommands"]
 

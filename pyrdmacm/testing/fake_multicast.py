@@ -14,7 +14,7 @@ from ..addr import AF_IB, AF_INET, Address
 from .fake_commands import in6
 from .fake_ids import IdContext, Membership, kernel_error, sockaddr_or_none
 from .fake_net import HOP_LIMIT, SGID_INDEX, UDP_QKEY
-from .fake_transport import KernelCore, next_mc
+from .fake_file import KernelCore, next_mc
 
 __all__ = ["MulticastCommands", "ENOTSUPP"]
 

@@ -18,7 +18,7 @@ from ._ibcm import QP_ATTR_STATES, IbCmId
 from .fake_ids import IdContext, kernel_error
 from .fake_net import (ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, DEFAULT_TIMEOUT, HOP_LIMIT,
                        PATH_MTU_1024, SGID_INDEX, UDP_QKEY)
-from .fake_transport import KernelCore
+from .fake_file import KernelCore
 
 __all__ = ["OptionCommands", "KMALLOC_MAX_SIZE"]
 

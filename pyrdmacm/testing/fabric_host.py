@@ -29,7 +29,7 @@ from ._ibcm import REJ_CONSUMER_DEFINED, IbCmState
 from ._ibcm import CmInput as In
 from .fabric_cm import SIDR_REJECT, CmEnd, CmKernel, CmRequest, IbCmWire, wire_size
 from .fake import FakeKernel
-from .fake_ids import IdContext, kernel_error
+from .fake_ids import IdContext, command_fields, kernel_error
 from .fake_net import FakeDevice, FakeNet
 from .fake_file import KernelCore, Machine
 
@@ -265,7 +265,7 @@ class FabricKernel(FakeKernel):
             self.fabric.send_drep(end)
 
     def _cmd_destroy_id(self, body: bytes, size_out: int) -> None:
-        f = self._struct("rdma_ucm_destroy_id", body)
+        f = command_fields("rdma_ucm_destroy_id", body)
         ctx = self._ctx.get(f["id"])
         if size_out >= CODECS["rdma_ucm_destroy_id_resp"].size and ctx is not None:
             self._teardown(ctx)  # the base refuses nothing past these two checks

@@ -25,7 +25,7 @@ from ..core.device import write_to_address
 from ..addr import AF_IB, AF_INET, AF_INET6, Address
 from ._ibcm import IbCmId, IbCmState
 from ._ibcm import CmInput as In
-from .fake_ids import IdContext, kernel_error, sockaddr_or_none
+from .fake_ids import IdContext, command_fields, kernel_error, sockaddr_or_none, write_reply
 from .fake_net import PACKET_LIFETIME, FakeDevice
 from .fake_file import KernelCore
 
@@ -70,7 +70,7 @@ class IdCommands(KernelCore):
 
     # -- CREATE_ID, DESTROY_ID
     def _cmd_create_id(self, body: bytes, size_out: int) -> None:
-        f = self._struct("rdma_ucm_create_id", body)
+        f = command_fields("rdma_ucm_create_id", body)
         if size_out < CODECS["rdma_ucm_create_id_resp"].size:
             raise kernel_error(errno.ENOSPC)
         ps = f["ps"]
@@ -80,13 +80,13 @@ class IdCommands(KernelCore):
               abi.PortSpace.IPOIB: abi.QpType.UD}.get(ps, f["qp_type"])
         handle = self._new_ctx(f["uid"], ps, int(qp)).handle
         try:
-            self._reply(f["response"], "rdma_ucm_create_id_resp", size_out, {"id": handle})
+            write_reply(f["response"], "rdma_ucm_create_id_resp", size_out, {"id": handle})
         except OSError:
             self._drop_ctx(handle)
             raise
 
     def _cmd_destroy_id(self, body: bytes, size_out: int) -> None:
-        f = self._struct("rdma_ucm_destroy_id", body)
+        f = command_fields("rdma_ucm_destroy_id", body)
         if size_out < CODECS["rdma_ucm_destroy_id_resp"].size:
             raise kernel_error(errno.ENOSPC)
         ctx = self._get(f["id"])
@@ -95,7 +95,7 @@ class IdCommands(KernelCore):
         # ucma_cleanup_multicast: the id's memberships go with it
         for mc_id in [m.id for m in self._mcs.values() if m.handle == ctx.handle]:
             del self._mcs[mc_id]
-        self._reply(f["response"], "rdma_ucm_destroy_id_resp", size_out, {"events_reported": ctx.reported})
+        write_reply(f["response"], "rdma_ucm_destroy_id_resp", size_out, {"events_reported": ctx.reported})
 
     # -- BIND, BIND_IP (rdma_bind_addr)
     def _bind(self, ctx: IdContext, a: Address) -> None:
@@ -112,14 +112,14 @@ class IdCommands(KernelCore):
         ctx.move(S.ADDR_BOUND)
 
     def _cmd_bind(self, body: bytes, size_out: int) -> None:
-        f = self._struct("rdma_ucm_bind", body)
+        f = command_fields("rdma_ucm_bind", body)
         if f["reserved"] or not f["addr_size"]:
             raise kernel_error(errno.EINVAL)
         a = kss(f["addr"], f["addr_size"])
         self._bind(self._get(f["id"]), a)
 
     def _cmd_bind_ip(self, body: bytes, size_out: int) -> None:
-        f = self._struct("rdma_ucm_bind_ip", body)
+        f = command_fields("rdma_ucm_bind_ip", body)
         a = in6(f["addr"])
         assert a is not None
         self._bind(self._get(f["id"]), a)
@@ -164,7 +164,7 @@ class IdCommands(KernelCore):
             self._queue(ctx, E.ADDR_ERROR, -errno.ETIMEDOUT, delay_ms=max(timeout_ms, 1))
 
     def _cmd_resolve_addr(self, body: bytes, size_out: int) -> None:
-        f = self._struct("rdma_ucm_resolve_addr", body)
+        f = command_fields("rdma_ucm_resolve_addr", body)
         if f["reserved"] or not f["dst_size"]:
             raise kernel_error(errno.EINVAL)
         src = kss(f["src_addr"], f["src_size"]) if f["src_size"] else None
@@ -172,7 +172,7 @@ class IdCommands(KernelCore):
         self._resolve(C.RESOLVE_ADDR, self._get(f["id"]), src, dst, f["timeout_ms"])
 
     def _cmd_resolve_ip(self, body: bytes, size_out: int) -> None:
-        f = self._struct("rdma_ucm_resolve_ip", body)
+        f = command_fields("rdma_ucm_resolve_ip", body)
         src = in6(f["src_addr"], optional=True)
         dst = in6(f["dst_addr"])
         assert dst is not None
@@ -180,7 +180,7 @@ class IdCommands(KernelCore):
 
     # -- RESOLVE_ROUTE (rdma_resolve_route), RESOLVE_IB_SERVICE (6.17+: rdma_resolve_ib_service)
     def _cmd_resolve_route(self, body: bytes, size_out: int) -> None:
-        f = self._struct("rdma_ucm_resolve_route", body)
+        f = command_fields("rdma_ucm_resolve_route", body)
         ctx = self._get(f["id"])
         self._check(ctx, C.RESOLVE_ROUTE)
         if not f["timeout_ms"]:
@@ -199,7 +199,7 @@ class IdCommands(KernelCore):
         ctx.route_plt = ctx.ack_timeout - 1 if ctx.ack_timeout else PACKET_LIFETIME
 
     def _cmd_resolve_ib_service(self, body: bytes, size_out: int) -> None:
-        f = self._struct("rdma_ucm_resolve_ib_service", body)
+        f = command_fields("rdma_ucm_resolve_ib_service", body)
         ctx = self._get(f["id"])
         self._check(ctx, C.RESOLVE_IB_SERVICE)  # a device, ADDR_BOUND
         assert ctx.dev is not None
@@ -245,7 +245,7 @@ class IdCommands(KernelCore):
         return struct.pack("<II", int(flags), 0) + rec
 
     def _cmd_query(self, body: bytes, size_out: int) -> None:
-        f = self._struct("rdma_ucm_query", body)
+        f = command_fields("rdma_ucm_query", body)
         ctx = self._get(f["id"])
         opt = f["option"]
         if opt in (abi.QueryOption.ADDR, abi.QueryOption.GID):
@@ -267,7 +267,7 @@ class IdCommands(KernelCore):
             raise kernel_error(errno.ENOSYS)
 
     def _cmd_query_route(self, body: bytes, size_out: int) -> None:
-        f = self._struct("rdma_ucm_query", body)
+        f = command_fields("rdma_ucm_query", body)
         ctx = self._get(f["id"])
         if size_out < _structs.MIN_REPLY["rdma_ucm_query_route_resp"]:
             raise kernel_error(errno.ENOSPC)
@@ -286,7 +286,7 @@ class IdCommands(KernelCore):
 
     # -- LISTEN, CONNECT
     def _cmd_listen(self, body: bytes, size_out: int) -> None:
-        f = self._struct("rdma_ucm_listen", body)
+        f = command_fields("rdma_ucm_listen", body)
         ctx = self._get(f["id"])
         self._check(ctx, C.LISTEN)
         self._listen(ctx, f["backlog"])
@@ -354,7 +354,7 @@ class IdCommands(KernelCore):
             ctx.uid = f["uid"]
 
     def _reject_args(self, body: bytes) -> Tuple[Dict[str, Any], IdContext, IbCmId]:
-        f = self._struct("rdma_ucm_reject", body)
+        f = command_fields("rdma_ucm_reject", body)
         if (f["reason"] or REJ_CONSUMER_DEFINED) not in REJECT_REASONS:
             raise kernel_error(errno.EINVAL)  # ucma_reject, before the id
         ctx = self._get(f["id"])
@@ -372,7 +372,7 @@ class IdCommands(KernelCore):
         cm.move(verb)
 
     def _disconnect_args(self, body: bytes) -> Tuple[IdContext, IbCmId]:
-        f = self._struct("rdma_ucm_disconnect", body)
+        f = command_fields("rdma_ucm_disconnect", body)
         ctx = self._get(f["id"])
         self._check(ctx, C.DISCONNECT)
         return ctx, self._cms[ctx.handle]
@@ -385,7 +385,7 @@ class IdCommands(KernelCore):
             cm.move(In.SEND_DREP)
 
     def _notify_args(self, body: bytes) -> Tuple[int, IdContext, IbCmId]:
-        f = self._struct("rdma_ucm_notify", body)
+        f = command_fields("rdma_ucm_notify", body)
         ctx = self._get(f["id"])
         self._check(ctx, C.NOTIFY)
         if f["event"] not in (IB_EVENT_COMM_EST, IB_EVENT_PATH_MIG):

@@ -38,7 +38,7 @@ from ..abi.codec import CODECS
 from ..core.device import write_to_address
 from ..errors import UsageError
 from ._ibcm import IbCmId, IbCmState
-from .fake_ids import FakeId, IdContext, Membership, Queued, kernel_error
+from .fake_ids import FakeId, IdContext, Membership, Queued, command_fields, kernel_error
 from .fake_net import FakeDevice, FakeNet
 
 __all__ = ["Machine", "LONE", "KernelCore", "fake_for_fd"]
@@ -273,23 +273,8 @@ class KernelCore:
         ctx.check(command, form, self.version)
 
     # -- helpers of the handlers
-    def _struct(self, name: str, body: bytes) -> Dict[str, Any]:
-        c = CODECS[name]
-        if len(body) < c.size:  # the real kernel would read past the buffer
-            raise kernel_error(errno.EFAULT)
-        out: Dict[str, Any] = c.unpack_dict(body)
-        return out
-
     def _reply_size(self, name: str) -> int:
         return CODECS[name].size if self.ibdev_index else int(_structs.MIN_REPLY[name])
-
-    def _reply(self, address: int, name: str, size_out: int, values: Dict[str, Any]) -> None:
-        c = CODECS[name]
-        if size_out < c.size:
-            raise kernel_error(errno.ENOSPC)
-        if not address:
-            raise kernel_error(errno.EFAULT)
-        write_to_address(address, c.pack_dict(values))
 
     # -- events
     def _push(self, handle: int, raw: bytes, owner: Optional[int] = None, mc: int = 0) -> None:
@@ -342,7 +327,7 @@ class KernelCore:
         self._take_events(lambda q: q.handle == handle or q.owner == handle)
 
     def _cmd_get_event(self, body: bytes, size_out: int) -> None:
-        f = self._struct("rdma_ucm_get_event", body)
+        f = command_fields("rdma_ucm_get_event", body)
         if size_out < _structs.MIN_REPLY["rdma_ucm_event_resp"]:
             raise kernel_error(errno.ENOSPC)
         if not self._events:
@@ -363,7 +348,7 @@ class KernelCore:
         """WRITE_CM_EVENT (6.17+): a USER or INTERNAL event queued on the id's fd under its uid
         and handle, with the status given and the u64 ``arg`` in ``param.arg32`` (the union's
         first 8 bytes)."""
-        f = self._struct("rdma_ucm_write_cm_event", body)
+        f = command_fields("rdma_ucm_write_cm_event", body)
         if f["event"] not in (E.USER, E.INTERNAL):
             raise kernel_error(errno.EINVAL)
         ctx = self._get(f["id"])
@@ -372,7 +357,7 @@ class KernelCore:
 
     # -- MIGRATE_ID (ucma_migrate_id), written on the new fd
     def _cmd_migrate_id(self, body: bytes, size_out: int) -> None:
-        f = self._struct("rdma_ucm_migrate_id", body)
+        f = command_fields("rdma_ucm_migrate_id", body)
         fd, handle = f["fd"], f["id"]
         old = fake_for_fd(fd)
         if old is None or old.closed:

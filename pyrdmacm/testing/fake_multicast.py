@@ -12,7 +12,7 @@ from ..abi.codec import CODECS
 from ..core.device import write_to_address
 from ..addr import AF_IB, AF_INET, Address
 from .fake_commands import in6
-from .fake_ids import IdContext, Membership, kernel_error, sockaddr_or_none
+from .fake_ids import IdContext, Membership, command_fields, kernel_error, sockaddr_or_none, write_reply
 from .fake_net import HOP_LIMIT, SGID_INDEX, UDP_QKEY
 from .fake_file import KernelCore, next_mc
 
@@ -30,13 +30,13 @@ class MulticastCommands(KernelCore):
     ucma_leave_multicast)."""
 
     def _cmd_join_ip_mcast(self, body: bytes, size_out: int) -> None:
-        f = self._struct("rdma_ucm_join_ip_mcast", body)
+        f = command_fields("rdma_ucm_join_ip_mcast", body)
         a = in6(f["addr"])  # rdma_addr_size_in6: nothing but IPv4 and IPv6 fit
         assert a is not None
         self._join(f["response"], f["uid"], f["id"], a, a.size, int(abi.McJoinFlag.FULLMEMBER), size_out)
 
     def _cmd_join_mcast(self, body: bytes, size_out: int) -> None:
-        f = self._struct("rdma_ucm_join_mcast", body)
+        f = command_fields("rdma_ucm_join_mcast", body)
         a = sockaddr_or_none(f["addr"])
         if a is None:  # rdma_addr_size_kss: a family the kernel does not know
             raise kernel_error(errno.EINVAL)
@@ -91,11 +91,11 @@ class MulticastCommands(KernelCore):
     def _cmd_leave_mcast(self, body: bytes, size_out: int) -> None:
         if size_out < CODECS["rdma_ucm_destroy_id_resp"].size:
             raise kernel_error(errno.ENOSPC)
-        f = self._struct("rdma_ucm_destroy_id", body)  # LEAVE_MCAST's body is DESTROY_ID's
+        f = command_fields("rdma_ucm_destroy_id", body)  # LEAVE_MCAST's body is DESTROY_ID's
         mc = self._mcs.pop(f["id"], None)
         if mc is None:
             if any(f["id"] in k._mcs for k in list(self.machine.fds) if k is not self and not k.closed):
                 raise kernel_error(errno.EINVAL)  # a membership of an id of another fd
             raise kernel_error(errno.ENOENT)
         self._take_events(lambda q: q.mc == mc.id)  # ucma_cleanup_mc_events
-        self._reply(f["response"], "rdma_ucm_destroy_id_resp", size_out, {"events_reported": mc.reported})
+        write_reply(f["response"], "rdma_ucm_destroy_id_resp", size_out, {"events_reported": mc.reported})

@@ -15,7 +15,7 @@ from .. import abi, kernel_rules
 from ..abi.codec import CODECS
 from ..core.device import write_to_address
 from ._ibcm import QP_ATTR_STATES, IbCmId
-from .fake_ids import IdContext, kernel_error
+from .fake_ids import IdContext, command_fields, kernel_error
 from .fake_net import (ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, DEFAULT_TIMEOUT, HOP_LIMIT,
                        PATH_MTU_1024, SGID_INDEX, UDP_QKEY)
 from .fake_file import KernelCore
@@ -45,7 +45,7 @@ class OptionCommands(KernelCore):
 
     # -- SET_OPTION (ucma_set_option, ucma_set_option_id, ucma_set_ib_path)
     def _cmd_set_option(self, body: bytes, size_out: int) -> None:
-        f = self._struct("rdma_ucm_set_option", body)
+        f = command_fields("rdma_ucm_set_option", body)
         n = f["optlen"]
         if n > KMALLOC_MAX_SIZE:  # before the id is looked up
             raise kernel_error(errno.EINVAL)
@@ -105,7 +105,7 @@ class OptionCommands(KernelCore):
     def _cmd_init_qp_attr(self, body: bytes, size_out: int) -> None:
         if size_out < _QP_ATTR.size:
             raise kernel_error(errno.ENOSPC)
-        f = self._struct("rdma_ucm_init_qp_attr", body)
+        f = command_fields("rdma_ucm_init_qp_attr", body)
         state = f["qp_state"]
         if state > QpState.ERR:
             raise kernel_error(errno.EINVAL)

@@ -107,7 +107,7 @@ class FakeId:
 
 class IdContext:
     """One id of a fake kernel: ``ucma_context`` (handle, uid, events reported) and
-    ``rdma_id_private`` (state, addresses, device, options).  Which fd holds it is the
+    ``rdma_id_private`` (state, addresses, device, options).  Which file holds it is the
     machine's table's (:class:`~pyrdmacm.testing.fake_file.Machine`)."""
 
     __slots__ = ("uid", "ps", "qp_type", "state", "src", "dst", "dev", "reported", "handle", "loopback", "psn",

@@ -330,15 +330,18 @@ def slow_arp(monkeypatch: Any) -> None:
     import pyrdmacm.core.event_channel
     from pyrdmacm.abi import CmEventType as E
     from pyrdmacm.testing import FakeKernel, FakeNet
+    from pyrdmacm.testing.fake_file import UcmaFile
 
-    class SlowKernel(FakeKernel):
-        def _queue(self, ctx: Any, event: Any, status: int = 0, delay_ms: int = 0) -> None:
-            super()._queue(ctx, event, status, 300 if event == E.ADDR_RESOLVED else delay_ms)
+    queue = UcmaFile.queue
+
+    def slow_queue(self: UcmaFile, ctx: Any, event: Any, status: int = 0, delay_ms: int = 0) -> None:
+        queue(self, ctx, event, status, 300 if event == E.ADDR_RESOLVED else delay_ms)
 
     class Channel(pyrdmacm.core.event_channel.EventChannel):
         def __init__(self, transport: Any = None, **kw: Any) -> None:
-            super().__init__(transport or SlowKernel(FakeNet()), **kw)
+            super().__init__(transport or FakeKernel(FakeNet()), **kw)
 
+    monkeypatch.setattr(UcmaFile, "queue", slow_queue)
     monkeypatch.setattr(pyrdmacm.core.event_channel, "EventChannel", Channel)
 
 

@@ -192,15 +192,15 @@ def test_a_signal_after_the_join_leaves_and_exits_0(capsys, kernels, sig, why, s
 
 def no_join_event(monkeypatch):
     """The fake kernel queues no membership's event (an SA join on InfiniBand that is slow)."""
-    from pyrdmacm.testing import fake_multicast
+    from pyrdmacm.testing.fake_file import UcmaFile
 
-    real = fake_multicast.MulticastCommands._push
+    real = UcmaFile.push
 
     def push(self, handle, raw, owner=None, mc=0):
         if not mc:
             real(self, handle, raw, owner, mc)
 
-    monkeypatch.setattr(fake_multicast.MulticastCommands, "_push", push)
+    monkeypatch.setattr(UcmaFile, "push", push)
 
 
 def test_a_signal_before_the_join_completed_exits_130(capsys, kernels, monkeypatch, sigint_raises):
@@ -238,7 +238,7 @@ def test_a_refused_bind_exits_2_saying_which_step(capsys, kernels):
 def test_a_multicast_error_answering_the_join_exits_1(capsys, kernels, monkeypatch):
     from pyrdmacm.testing import fake_multicast
 
-    real = fake_multicast.MulticastCommands._join_event
+    real = fake_multicast.MulticastCommands.join_event
 
     def failed(self, ctx, mc):
         raw = bytearray(real(self, ctx, mc))
@@ -246,7 +246,7 @@ def test_a_multicast_error_answering_the_join_exits_1(capsys, kernels, monkeypat
         fields.update(event=int(E.MULTICAST_ERROR), status=(-errno.ENETUNREACH) & 0xFFFFFFFF)
         return CODECS["rdma_ucm_event_resp"].pack_dict(fields)
 
-    monkeypatch.setattr(fake_multicast.MulticastCommands, "_join_event", failed)
+    monkeypatch.setattr(fake_multicast.MulticastCommands, "join_event", failed)
     code, out, _ = run(capsys, "mcast", "239.1.1.1", "--json")
     records = [json.loads(line) for line in out.splitlines()]
     assert code == cli.EXIT_EVENT

@@ -3,6 +3,7 @@ the fake kernel."""
 
 import errno
 import os
+import struct
 
 import pytest
 
@@ -189,14 +190,17 @@ def test_create_ids_is_all_or_nothing():
     from pyrdmacm import EventChannel
     from pyrdmacm.errors import KernelError
 
+    from pyrdmacm.abi import UserCmCmd
+
     class Tight(FakeKernel):
         left = 2
 
-        def _cmd_create_id(self, body, size_out):
-            if self.left == 0:
-                raise OSError(errno.ENOMEM, "no memory")
-            self.left -= 1
-            super()._cmd_create_id(body, size_out)
+        def write(self, data):
+            if struct.unpack_from("<I", data)[0] == UserCmCmd.CREATE_ID:
+                if self.left == 0:
+                    raise OSError(errno.ENOMEM, "no memory")
+                self.left -= 1
+            return super().write(data)
 
     kernel = Tight(FakeNet())
     with EventChannel(kernel) as ch:

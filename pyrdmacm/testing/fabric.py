@@ -13,10 +13,11 @@ The modules, by job:
 
 * this one -- the fabric: its hosts, its settings, its log of messages;
 * :mod:`.fabric_host` -- one host: :class:`FabricKernel`, a
-  :class:`~pyrdmacm.testing.FakeKernel` (every command it had behaves as before) that
-  also does what the kernel's rdma_cm does past ``resolve_route`` for ids without a QP
-  (CONNECT, ACCEPT, REJECT, NOTIFY, DISCONNECT, DESTROY_ID, LISTEN, their events), and
-  :class:`FakeHost`, the machine's tables;
+  :class:`~pyrdmacm.testing.FakeKernel` (every command it had behaves as before) with
+  another id part, and :class:`FakeHost`, the machine's tables;
+* :mod:`.fabric_ids` -- that id part, :class:`~.fabric_ids.FabricIdCommands`: what the
+  kernel's rdma_cm does past ``resolve_route`` for ids without a QP (CONNECT, ACCEPT,
+  REJECT, NOTIFY, DISCONNECT, DESTROY_ID, LISTEN, their events), the host's port table;
 * :mod:`.fabric_cm` -- the IB CM: each id that has sent or received a REQ or SIDR REQ has
   an IB CM id (REQ_SENT, REQ_RCVD, REP_SENT, REP_RCVD, ESTABLISHED, DREQ_SENT,
   DREQ_RCVD, TIMEWAIT, SIDR_REQ_SENT, SIDR_REQ_RCVD, IDLE) that moves only through

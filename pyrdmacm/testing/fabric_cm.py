@@ -13,8 +13,9 @@ thread (a DREQ after ``dreq_latency_ms`` when asked to), and logs them
 dropped.
 
 The IB CM talks to the rdma_cm above it as cm.c talks to cma.c: through the id's handler.
-Here that is the fd holding the id (a :class:`CmKernel`: the fabric's kernel of one host),
-and for a REQ the host's listener (a :class:`CmHost` finds it).  A host's table of live
+Here that is the rdma_cm of the file holding the id (a :class:`CmKernel`: the id part of a
+fabric's kernel, :class:`~pyrdmacm.testing.fabric_ids.FabricIdCommands`), and for a REQ the
+host's listener (a :class:`CmHost` finds it).  A host's table of live
 connections by (remote QPN, remote CA GUID) rejects a second REQ with the same pair (REJ 10,
 stale connection; the live connection is sent a DREQ, as ``cm_match_req`` does) and a REP
 with a pair already connected to this host (REJ 10 to the passive side, ``cm_rep_handler``).
@@ -97,7 +98,8 @@ class CmRequest:
 
 
 class CmKernel(Protocol):
-    """What the IB CM needs of the rdma_cm above an end (a host's fd: a FabricKernel)."""
+    """What the IB CM needs of the rdma_cm above an end (the ids of one of a host's files: a
+    FabricIdCommands)."""
 
     @property
     def host(self) -> "CmHost": ...

@@ -1,4 +1,5 @@
-"""What a fake kernel holds for each id and membership, and the errors it answers with.
+"""What a fake kernel holds for each id and membership, the errors it answers with, and how
+its handlers read a command's struct and write a reply's.
 
 :class:`IdContext` is the fake's ``ucma_context`` and ``rdma_id_private`` in one: the id's
 handle and uid, its port space and QP type, its ``rdma_cm_state`` (the kernel's enum,
@@ -9,18 +10,22 @@ kernel takes the command there; :class:`FakeId` is what a test may read of it.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 from dataclasses import dataclass
-from typing import NamedTuple, Optional
+from typing import Any, Dict, NamedTuple, Optional
 
 from .. import kernel_rules
 from ..abi import RdmaCmState, UserCmCmd
+from ..abi.codec import CODECS
+from ..core.device import write_to_address
 from ..addr import Address, unpack_sockaddr
 from ..errors import DecodeError
 from .fake_net import PACKET_LIFETIME, FakeDevice
 
-__all__ = ["IdContext", "Membership", "Queued", "FakeId", "kernel_error", "sockaddr_or_none"]
+__all__ = ["IdContext", "Membership", "Queued", "FakeId", "kernel_error", "sockaddr_or_none", "command_fields",
+           "write_reply"]
 
 S = RdmaCmState
 
@@ -28,6 +33,27 @@ S = RdmaCmState
 def kernel_error(code: int) -> OSError:
     """The OSError a write the kernel refuses raises."""
     return OSError(code, os.strerror(code))
+
+
+def command_fields(name: str, body: bytes) -> Dict[str, Any]:
+    """The fields of the command struct ``name`` at the start of ``body``; EFAULT when the
+    body is shorter (the real kernel would read past the buffer)."""
+    c = CODECS[name]
+    if len(body) < c.size:
+        raise kernel_error(errno.EFAULT)
+    out: Dict[str, Any] = c.unpack_dict(body)
+    return out
+
+
+def write_reply(address: int, name: str, size_out: int, values: Dict[str, Any]) -> None:
+    """The reply struct ``name`` with ``values``, written at ``address`` as ``copy_to_user``
+    would: ENOSPC when ``size_out`` is short of it, EFAULT for no address."""
+    c = CODECS[name]
+    if size_out < c.size:
+        raise kernel_error(errno.ENOSPC)
+    if not address:
+        raise kernel_error(errno.EFAULT)
+    write_to_address(address, c.pack_dict(values))
 
 
 def sockaddr_or_none(blob: bytes) -> Optional[Address]:
@@ -81,8 +107,8 @@ class FakeId:
 
 class IdContext:
     """One id of a fake kernel: ``ucma_context`` (handle, uid, events reported) and
-    ``rdma_id_private`` (state, addresses, device, options).  Which fd holds it is the
-    machine's table's (:class:`~pyrdmacm.testing.fake_transport.Machine`)."""
+    ``rdma_id_private`` (state, addresses, device, options).  Which file holds it is the
+    machine's table's (:class:`~pyrdmacm.testing.fake_file.Machine`)."""
 
     __slots__ = ("uid", "ps", "qp_type", "state", "src", "dst", "dev", "reported", "handle", "loopback", "psn",
                  "tos", "ack_timeout", "reuseaddr", "afonly", "route_tc", "route_plt", "path", "resolving_dev")

@@ -15,10 +15,10 @@ from .. import abi, kernel_rules
 from ..abi.codec import CODECS
 from ..core.device import write_to_address
 from ._ibcm import QP_ATTR_STATES, IbCmId
-from .fake_ids import IdContext, kernel_error
+from .fake_ids import IdContext, command_fields, kernel_error
+from .fake_file import UcmaFile
 from .fake_net import (ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, DEFAULT_TIMEOUT, HOP_LIMIT,
-                       PATH_MTU_1024, SGID_INDEX, UDP_QKEY)
-from .fake_transport import KernelCore
+                       PATH_MTU_1024, SGID_INDEX, UDP_QKEY, FakeNet)
 
 __all__ = ["OptionCommands", "KMALLOC_MAX_SIZE"]
 
@@ -40,16 +40,26 @@ _OPTION_SIZE = {abi.OptionId.TOS: 1, abi.OptionId.ACK_TIMEOUT: 1, abi.OptionId.R
                 abi.OptionId.AFONLY: _INT.size}
 
 
-class OptionCommands(KernelCore):
-    """SET_OPTION and INIT_QP_ATTR."""
+class OptionCommands:
+    """SET_OPTION and INIT_QP_ATTR for the ids of one file.
+
+    It holds the file (:class:`~pyrdmacm.testing.fake_file.UcmaFile`: the ids, their IB CM
+    ids, the event queue that IB_PATH's ROUTE_RESOLVED goes to), the network whose GIDs the
+    QP attributes carry (:class:`~pyrdmacm.testing.FakeNet`), and ``version``, the kernel
+    whose state rules (:mod:`pyrdmacm.kernel_rules`) each option follows."""
+
+    def __init__(self, file: UcmaFile, net: FakeNet, *, version: kernel_rules.Version) -> None:
+        self._file = file
+        self._net = net
+        self._version = version
 
     # -- SET_OPTION (ucma_set_option, ucma_set_option_id, ucma_set_ib_path)
-    def _cmd_set_option(self, body: bytes, size_out: int) -> None:
-        f = self._struct("rdma_ucm_set_option", body)
+    def set_option(self, body: bytes, size_out: int) -> None:
+        f = command_fields("rdma_ucm_set_option", body)
         n = f["optlen"]
         if n > KMALLOC_MAX_SIZE:  # before the id is looked up
             raise kernel_error(errno.EINVAL)
-        ctx = self._get(f["id"])
+        ctx = self._file.get(f["id"])
         if n and not f["optval"]:  # memdup_user of the user's buffer
             raise kernel_error(errno.EFAULT)
         value = ctypes.string_at(f["optval"], n) if n else b""
@@ -66,7 +76,7 @@ class OptionCommands(KernelCore):
         if len(value) != _OPTION_SIZE[name]:
             raise kernel_error(errno.EINVAL)
         number = value[0] if len(value) == 1 else _INT.unpack(value)[0]
-        self._check(ctx, C.SET_OPTION, kernel_rules.option_form(abi.OptionLevel.ID, name, number))
+        ctx.check(C.SET_OPTION, kernel_rules.option_form(abi.OptionLevel.ID, name, number), self._version)
         if name == O.TOS:  # the route takes it when it is resolved
             ctx.tos = number
         elif name == O.ACK_TIMEOUT:
@@ -90,7 +100,7 @@ class OptionCommands(KernelCore):
                 break
         if entry is None:
             raise kernel_error(errno.EINVAL)
-        self._check(ctx, C.SET_OPTION, "IB_PATH")  # a device, ADDR_RESOLVED
+        ctx.check(C.SET_OPTION, "IB_PATH", self._version)  # a device, ADDR_RESOLVED
         if ctx.loopback:  # RoCE: the path needs the id's netdev (cma_iboe_set_path_rec_l2_fields)
             raise kernel_error(errno.ENODEV)
         rec = _SA_PATH.unpack_dict(_PATH_DATA.unpack_dict(entry)["path_rec"])
@@ -99,18 +109,18 @@ class OptionCommands(KernelCore):
         ctx.route_plt = rec["packet_life_time"] & 0x3F
         # rdma_set_ib_path: ADDR_RESOLVED -> ROUTE_RESOLVED at once; ucma_set_ib_path then calls
         # ucma_event_handler itself with ROUTE_RESOLVED
-        self._queue(ctx, E.ROUTE_RESOLVED)
+        self._file.queue(ctx, E.ROUTE_RESOLVED)
 
     # -- INIT_QP_ATTR (ucma_init_qp_attr, rdma_init_qp_attr, cma_ib_init_qp_attr, ib_cm_init_qp_attr)
-    def _cmd_init_qp_attr(self, body: bytes, size_out: int) -> None:
+    def init_qp_attr(self, body: bytes, size_out: int) -> None:
         if size_out < _QP_ATTR.size:
             raise kernel_error(errno.ENOSPC)
-        f = self._struct("rdma_ucm_init_qp_attr", body)
+        f = command_fields("rdma_ucm_init_qp_attr", body)
         state = f["qp_state"]
         if state > QpState.ERR:
             raise kernel_error(errno.EINVAL)
-        ctx = self._get(f["id"])
-        self._check(ctx, C.INIT_QP_ATTR)  # a device
+        ctx = self._file.get(f["id"])
+        ctx.check(C.INIT_QP_ATTR, version=self._version)  # a device
         attr = self._qp_attr(ctx, QpState(state))
         attr["qp_state"] = state
         if not f["response"]:
@@ -129,7 +139,7 @@ class OptionCommands(KernelCore):
         if ctx.qp_type == abi.QpType.UD:
             out.update(qp_attr_mask=int(M.STATE | M.PKEY_INDEX | M.PORT | M.QKEY), qkey=UDP_QKEY)
             return out
-        cm = self._cms.get(ctx.handle)
+        cm = self._file.cms.get(ctx.handle)
         if cm is not None:
             return self._connection_qp_attr(ctx, state, cm)
         out.update(qp_attr_mask=int(M.STATE | M.PKEY_INDEX | M.PORT | M.ACCESS_FLAGS), qp_access_flags=0)
@@ -160,7 +170,7 @@ class OptionCommands(KernelCore):
                                         | M.MIN_RNR_TIMER),
                        path_mtu=PATH_MTU_1024, dest_qp_num=cm.remote_qpn, rq_psn=ctx.psn,
                        max_dest_rd_atomic=cm.rr, min_rnr_timer=0)
-            dgid = self.net.gid_of(dst.ip, dev).packed if dst is not None else bytes(16)
+            dgid = self._net.gid_of(dst.ip, dev).packed if dst is not None else bytes(16)
             out.update({"ah_attr.grh.dgid": dgid, "ah_attr.grh.sgid_index": SGID_INDEX,
                         "ah_attr.grh.hop_limit": HOP_LIMIT, "ah_attr.grh.traffic_class": cm.tc,
                         "ah_attr.is_global": 1, "ah_attr.port_num": dev.port_num})

@@ -62,6 +62,12 @@ class Requests(Waiter):
             self.channel.expect(self.listener.uid, self)
             self.watching = True
 
+    def unwatch(self) -> None:
+        """No longer be told (the last iterator ended): the waiter leaves the channel."""
+        if self.watching:
+            self.watching = False
+            self.channel.forget(self.listener.uid, self)
+
     def end(self, uid: int = 0, error: Optional[BaseException] = None) -> None:
         """The listener is gone (destroyed, migrated away, the channel closed), or reading
         failed (``error``: the iterators raise it, and may read again)."""
@@ -158,9 +164,7 @@ class RequestsOwner:
         uid = rq.listener.uid
         if self._requests.get(uid) is rq:
             del self._requests[uid]
-        if rq.watching:
-            rq.watching = False
-            self.channel.forget(uid, rq)
+        rq.unwatch()
         left = [ev for ev in rq.ready if not isinstance(ev, BaseException)]
         rq.ready.clear()
         if self._closed is None:

@@ -58,7 +58,7 @@ async def until(cond: Any, timeout: float) -> bool:
 def pending_waits(ach: AsyncChannel) -> int:
     """The waits of calls pending in the channel for the adapter: all but the adapter's own
     close watch and its ``requests()`` iterators' listeners."""
-    return ach.channel.waiting - (ach._watch is not None) - sum(rq.watching for rq in ach._requests.values())
+    return ach.channel.waiting - (ach._watch is not None) - sum(rq.watching for rq in ach._handout.listeners.values())
 
 
 def _tables_empty(ach: AsyncChannel) -> bool:

@@ -41,7 +41,7 @@ async def until(cond: Callable[[], bool], timeout: float = PROMPT) -> bool:
 
 def empty(ach: AsyncChannel) -> bool:
     """Nothing waits and nothing is queued: no waiter, event or iterator left behind."""
-    return not pending_waits(ach) and not ach._queue and not ach._queue_waiters and not ach._requests
+    return not pending_waits(ach) and not ach._queue and not ach._queue_waiters and not ach._handout.listeners
 
 
 # --------------------------------------------------------------------------- the program
@@ -328,7 +328,7 @@ def test_requests_iterator_sees_earlier_requests_and_gives_back_what_it_did_not_
             async for req in srv.requests(lst):
                 got.append(req)
                 break  # the iterator ends: the two it did not yield go back to get_event
-            assert await until(lambda: not srv._requests)
+            assert await until(lambda: not srv._handout.listeners)
             assert [e.event for e in srv._queue] == [E.CONNECT_REQUEST] * 2
             rest = [await srv.get_event(), await srv.get_event()]
             order = [r.request.private_data[:1] for r in got] + [e.private_data[:1] for e in rest]
@@ -383,7 +383,7 @@ def test_a_cancelled_step_loses_no_request(hosts):
             waiting.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await waiting
-            assert await until(lambda: not srv._requests)  # the iterator ended with the cancel
+            assert await until(lambda: not srv._handout.listeners)  # the iterator ended with the cancel
             cm = await routed(cli)
             connecting = asyncio.ensure_future(cli.connect(cm))
             req = await asyncio.wait_for(first_request(srv, lst), PROMPT)  # a new iterator gets it
@@ -409,7 +409,7 @@ def test_requests_end_when_the_listener_is_destroyed_or_the_channel_closed(hosts
             await asyncio.sleep(0.05)
             lst.destroy()
             await asyncio.wait_for(task, PROMPT)  # ended, without an error
-            assert got == [] and not srv._requests
+            assert got == [] and not srv._handout.listeners
             with pytest.raises(StateError, match="LISTEN"):
                 srv.requests(lst)
             lst = listening(srv)
@@ -417,7 +417,7 @@ def test_requests_end_when_the_listener_is_destroyed_or_the_channel_closed(hosts
             await asyncio.sleep(0.05)
             srv.close()
             await asyncio.wait_for(task, PROMPT)
-            assert got == [] and not srv._requests
+            assert got == [] and not srv._handout.listeners
 
     run(main())
 

@@ -4,7 +4,9 @@ holds on both tiers is in tests/aio_behaviour.py."""
 
 import asyncio
 import errno
+import gc
 import warnings
+import weakref
 
 import pytest
 
@@ -290,3 +292,42 @@ def test_an_adapter_moves_to_a_new_loop_when_its_loop_is_gone():
     assert run(one()) is E.ADDR_RESOLVED
     assert run(one()) is E.ADDR_RESOLVED  # asyncio.run made another loop
     ach.close()
+
+
+def test_an_adapter_is_freed_by_reference_counting_alone():
+    """The adapter's parts (its requests' Handout, its close watch) hold it weakly: with the
+    cycle collector off, an adapter never started, and one closed after a ``requests()``
+    iteration, go with their last reference (and their channel's fd with them, not at some
+    later collection)."""
+
+    async def main():
+        never = AsyncChannel(channel())
+        ref = weakref.ref(never)
+        del never
+        assert ref() is None, "an adapter never started outlived its last reference"
+
+        async with AsyncChannel(channel()) as ach:
+            lst = CmId(ach.channel)
+            lst.bind_addr("10.0.0.1:7000")
+            lst.listen()
+            got = []
+
+            async def serve():
+                async for req in ach.requests(lst):
+                    got.append(req)
+
+            task = asyncio.ensure_future(serve())
+            assert await until(lambda: ach._handout.listeners, 5)
+            lst.destroy()  # the iteration ends
+            await asyncio.wait_for(task, 5)
+        assert got == [] and not ach._handout.listeners
+        ref = weakref.ref(ach)
+        del ach, task, serve
+        assert ref() is None, "an adapter closed after an iteration outlived its last reference"
+
+    gc.collect()
+    gc.disable()
+    try:
+        run(main())
+    finally:
+        gc.enable()

@@ -63,10 +63,10 @@ from asyncio import _get_running_loop as _running_loop  # None when no loop runs
 import os
 import weakref
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, AsyncIterator, Callable, Deque, Dict, Iterable, List, Optional, Tuple, Union
 
 from .addrinfo import getaddrinfo as getaddrinfo
-from .requests import Requests, RequestsOwner
+from .requests import Handout
 from .futures import BatchWaiter, CloseWatch, FutureWaiter, event_error
 from ..core.poll import timeout_seconds
 from ..core.router import TAKES, TAKES_ANY_KIND, take_events, take_of
@@ -99,7 +99,7 @@ def _closed_error(how: str) -> StateError:
     return StateError("the channel was closed (%s): the kernel destroyed its ids; open a new AsyncChannel" % how)
 
 
-class AsyncChannel(RequestsOwner):
+class AsyncChannel:
     """An :class:`EventChannel` driven by an asyncio loop: ``AsyncChannel()`` opens one,
     ``AsyncChannel(channel)`` drives the given one.  ``async with`` closes it."""
 
@@ -118,8 +118,8 @@ class AsyncChannel(RequestsOwner):
         #: events no wait took, for get_event; and the get_event calls waiting
         self._queue: Deque[Event] = deque()
         self._queue_waiters: "Deque[asyncio.Future[Event]]" = deque()
-        #: listener uid -> its requests, while a ``requests()`` iterator reads them
-        self._requests: Dict[int, Requests] = {}
+        #: the part that hands connection requests to ``requests()`` iterators
+        self._handout = Handout(self, self._queue)
 
     @property
     def closed(self) -> bool:
@@ -211,7 +211,7 @@ class AsyncChannel(RequestsOwner):
                     fut.set_exception(exc)
                 except RuntimeError:  # its loop is closed: nobody awaits it any more
                     pass
-        self._end_requests(None if how is not None else error)
+        self._handout.end(None if how is not None else error)
 
     def close(self) -> None:
         """Close the channel (the kernel destroys its ids): every wait fails with StateError
@@ -242,9 +242,10 @@ class AsyncChannel(RequestsOwner):
             else:  # another reader, a failing fd: the waits are told, reading restarts on the next call
                 self._shutdown(None, error=e)
             return
-        requests = self._requests
+        handout = self._handout
+        listeners = handout.listeners
         for ev in events:
-            if requests and self._to_requests(ev):
+            if listeners and handout.take(ev):
                 continue
             self._to_get_event(ev)
 
@@ -281,6 +282,22 @@ class AsyncChannel(RequestsOwner):
             if fut.done() and not fut.cancelled() and fut.exception() is None:
                 self._queue.appendleft(fut.result())  # given to us as we were cancelled: not lost
             raise
+
+    def requests(self, listener: CmId) -> AsyncIterator[CmId]:
+        """The ids of the connection requests to ``listener`` (its CONNECT_REQUEST events), as
+        they come: ``async for req in ach.requests(lst): await ach.accept(req, ...)``.
+
+        Each event is acked when its id is yielded (``req.request`` is the event: the peer's
+        ConnParam, ``req.query_addr()`` its address).  Requests that came before the
+        iteration started (queued for :meth:`get_event`) are yielded first; those that come
+        while the body runs wait for the next step; several iterators of one listener share
+        its requests.  The iteration ends when the listener is destroyed (at once, from any
+        thread) or the channel is closed; the listener's failure event (DEVICE_REMOVAL)
+        raises EventError.  A cancelled step loses nothing: when the iterator ends (its
+        ``aclose()``, a ``break`` or a cancel), the requests it did not yield go back to
+        :meth:`get_event`.  The listener must be listening (StateError)."""
+        self._ours("requests", listener)
+        return self._handout.iterate(listener)
 
     def _take_queued(self, cm_id: CmId, take: Any, raising: bool, call: str) -> Optional[Event]:
         """The oldest event of ``cm_id`` among ``take``'s that came before anybody waited for it

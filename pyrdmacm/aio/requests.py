@@ -1,16 +1,18 @@
 """The asyncio adapter's ``requests()``: the connection requests of a listener, as an async iterator.
 
-CONNECT_REQUEST events answer no call, so no wait takes them: the adapter hands each to
-the :class:`Requests` of its listener while an iterator reads it (else to get_event).
-Each ``Requests`` is also a waiter on the listener's uid that takes no event: the channel
-ends it when the listener is destroyed or migrated away, and the iterations end at once.
+CONNECT_REQUEST events answer no call, so no wait takes them: the adapter's :class:`Handout`
+(a part the :class:`~pyrdmacm.aio.AsyncChannel` holds) gives each to the :class:`Requests` of
+its listener while an iterator reads it (else it goes to get_event).  Each ``Requests`` is
+also a waiter on the listener's uid that takes no event: the channel ends it when the
+listener is destroyed or migrated away, and the iterations end at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections import deque
-from typing import TYPE_CHECKING, Any, AsyncIterator, Deque, Dict, Optional
+from typing import Any, AsyncIterator, Deque, Dict, Optional, Protocol
 
 from .futures import in_loop
 from ..core.router import Waiter
@@ -18,10 +20,9 @@ from ..errors import EventError, StateError
 from ..core.events import Event
 from ..state import State
 
-from ..core.event_channel import EventChannel
 from ..core.cmid import CmId
 
-__all__ = ["Requests", "RequestsOwner"]
+__all__ = ["Handout", "Requests"]
 
 
 class Requests(Waiter):
@@ -62,6 +63,12 @@ class Requests(Waiter):
             self.channel.expect(self.listener.uid, self)
             self.watching = True
 
+    def unwatch(self) -> None:
+        """No longer be told (the last iterator ended): the waiter leaves the channel."""
+        if self.watching:
+            self.watching = False
+            self.channel.forget(self.listener.uid, self)
+
     def end(self, uid: int = 0, error: Optional[BaseException] = None) -> None:
         """The listener is gone (destroyed, migrated away, the channel closed), or reading
         failed (``error``: the iterators raise it, and may read again)."""
@@ -86,36 +93,45 @@ def _settle(w: "asyncio.Future[Optional[Event]]", error: Optional[BaseException]
             w.set_exception(error)
 
 
-class RequestsOwner:
-    """The part of the asyncio adapter that hands out connection requests."""
+class _Adapter(Protocol):
+    """What a :class:`Handout` uses of its adapter (an AsyncChannel, which imports this module)."""
 
-    channel: "EventChannel"
+    #: the loop whose reader reads the channel (None: reading stopped, or never started)
     _loop: Optional[asyncio.AbstractEventLoop]
-    _closed: Optional[str]
-    _requests: Dict[int, Requests]
-    _queue: Deque[Event]
 
-    if TYPE_CHECKING:  # pragma: no cover
-        def _ours(self, what: str, cm_id: Any) -> asyncio.AbstractEventLoop: ...
+    @property
+    def closed(self) -> bool: ...
 
-        def _start(self) -> asyncio.AbstractEventLoop: ...
+    def _start(self) -> asyncio.AbstractEventLoop: ...
 
-        def _to_get_event(self, ev: Event) -> None: ...
+    def _to_get_event(self, ev: Event) -> None: ...
 
-    def requests(self, listener: "CmId") -> AsyncIterator["CmId"]:
-        """The ids of the connection requests to ``listener`` (its CONNECT_REQUEST events), as
-        they come: ``async for req in ach.requests(lst): await ach.accept(req, ...)``.
 
-        Each event is acked when its id is yielded (``req.request`` is the event: the peer's
-        ConnParam, ``req.query_addr()`` its address).  Requests that came before the
-        iteration started (queued for :meth:`get_event`) are yielded first; those that come
-        while the body runs wait for the next step; several iterators of one listener share
-        its requests.  The iteration ends when the listener is destroyed (at once, from any
-        thread) or the channel is closed; the listener's failure event (DEVICE_REMOVAL)
-        raises EventError.  A cancelled step loses nothing: when the iterator ends (its
-        ``aclose()``, a ``break`` or a cancel), the requests it did not yield go back to
-        :meth:`get_event`.  The listener must be listening (StateError)."""
-        self._ours("requests", listener)
+class Handout:
+    """The part of the asyncio adapter that hands out connection requests to ``requests()``
+    iterators.
+
+    It holds :attr:`listeners` (listener uid -> its :class:`Requests`, while an iterator
+    reads them), get_event's queue (the adapter's own deque: a listener's first iterator
+    takes from it the requests that came before, and those an iterator did not yield go
+    back through the adapter), and the adapter, weakly (it holds this part: no cycle, so an
+    adapter is still freed by reference counting alone).  Of the adapter it uses the loop
+    that reads (an iterator waits on it, and starts reading again after a fault), whether
+    it is closed, and its hand-over to get_event (:class:`_Adapter`)."""
+
+    __slots__ = ("listeners", "_adapter", "_queue")
+
+    def __init__(self, adapter: _Adapter, queue: Deque[Event]) -> None:
+        self._adapter: "weakref.ReferenceType[_Adapter]" = weakref.ref(adapter)
+        self._queue = queue
+        #: listener uid -> its requests, while a ``requests()`` iterator reads them (the
+        #: adapter's reader hands events to :meth:`take` only while it is not empty)
+        self.listeners: Dict[int, Requests] = {}
+
+    def iterate(self, listener: "CmId") -> AsyncIterator["CmId"]:
+        """The ids of ``listener``'s connection requests, as they come: what
+        ``AsyncChannel.requests(listener)`` returns once it knows the id is its channel's.
+        The listener must be listening (StateError)."""
         if listener.state is not State.LISTEN:
             raise StateError("requests needs a listening id (state LISTEN), this one is %s (uid %d): call "
                              "listen() first" % (listener.state, listener.uid))
@@ -125,7 +141,7 @@ class RequestsOwner:
         rq = self._attach(listener)
         try:
             while True:
-                ev = await self._next_request(rq)
+                ev = await self._next(rq)
                 if ev is None:
                     return
                 try:
@@ -137,9 +153,9 @@ class RequestsOwner:
             self._detach(rq)
 
     def _attach(self, listener: "CmId") -> Requests:
-        rq = self._requests.get(listener.uid)
+        rq = self.listeners.get(listener.uid)
         if rq is None:
-            rq = self._requests[listener.uid] = Requests(listener)
+            rq = self.listeners[listener.uid] = Requests(listener)
             queue = self._queue
             if queue:  # requests read before anybody iterated: they are the iterator's now
                 others = [ev for ev in queue if ev.listen_id is not listener]
@@ -156,32 +172,32 @@ class RequestsOwner:
         if rq.users > 0:
             return
         uid = rq.listener.uid
-        if self._requests.get(uid) is rq:
-            del self._requests[uid]
-        if rq.watching:
-            rq.watching = False
-            self.channel.forget(uid, rq)
+        if self.listeners.get(uid) is rq:
+            del self.listeners[uid]
+        rq.unwatch()
         left = [ev for ev in rq.ready if not isinstance(ev, BaseException)]
         rq.ready.clear()
-        if self._closed is None:
+        adapter = self._adapter()
+        if adapter is not None and not adapter.closed:
             for ev in left:  # not yielded: not lost
-                self._to_get_event(ev)
+                adapter._to_get_event(ev)
 
-    async def _next_request(self, rq: Requests) -> Optional[Event]:
+    async def _next(self, rq: Requests) -> Optional[Event]:
         """The next request of ``rq`` (None: the iteration ends)."""
         if rq.ready:
             item = rq.ready.popleft()
             if isinstance(item, BaseException):
                 raise item
             return item  # type: ignore[no-any-return]
-        if rq.ended or self._closed is not None or rq.listener.state is State.DESTROYED:
+        adapter = self._adapter()
+        if rq.ended or adapter is None or adapter.closed or rq.listener.state is State.DESTROYED:
             return None
-        loop = self._loop
+        loop = adapter._loop
         if loop is None or loop.is_closed():  # reading stopped (a fault): start again
             try:
-                loop = self._start()
+                loop = adapter._start()
             except StateError:
-                if self._closed is None:
+                if not adapter.closed:
                     raise
                 return None
             rq.watch()  # a fault ended the router's wait: again
@@ -198,17 +214,17 @@ class RequestsOwner:
                 rq.ready.appendleft(fut.result())  # given to us as we were cancelled: not lost
             raise
 
-    def _to_requests(self, ev: Event) -> bool:
+    def take(self, ev: Event) -> bool:
         """A CONNECT_REQUEST to its listener's iterators; a listener's failure event
         (DEVICE_REMOVAL) ends them with EventError.  False: it goes to get_event."""
         listener = ev.listen_id
         if listener is not None:
-            rq = self._requests.get(listener.uid)
+            rq = self.listeners.get(listener.uid)
             if rq is None:
                 return False
             rq.put(ev)  # acked when an iterator takes it
             return True
-        rq = self._requests.get(ev.id.uid)
+        rq = self.listeners.get(ev.id.uid)
         if rq is None or ev.ok or ev.membership is not None:
             return False
         try:
@@ -218,12 +234,12 @@ class RequestsOwner:
         rq.put(EventError(ev, "LISTEN"))
         return True
 
-    def _end_requests(self, error: Optional[BaseException]) -> None:
+    def end(self, error: Optional[BaseException]) -> None:
         """Reading stopped: ``error`` None (the channel was closed: the iterations end, their
         requests with them), else the iterators raise it and may read again."""
-        requests = list(self._requests.values())
+        requests = list(self.listeners.values())
         if error is None:
-            self._requests.clear()
+            self.listeners.clear()
             for rq in requests:
                 rq.ready.clear()
                 rq.end()

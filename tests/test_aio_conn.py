@@ -424,6 +424,62 @@ def test_requests_end_when_the_listener_is_destroyed_or_the_channel_closed(hosts
 
 # --------------------------------------------------------------------------- faults
 
+async def fault_in_a_request_body(srv: AsyncChannel, cli: AsyncChannel, server_ip: str, port: int) -> None:
+    """Reading fails while the body of a ``requests()`` loop runs, and another call reads
+    again before the loop asks for its next request: the iterator still hears of its
+    listener's end (destroyed here) instead of waiting for ever.  (The fault ended the
+    router's wait on the listener; the iterator must put it back, not only when it is the
+    one that starts reading again.)"""
+    lst = CmId(srv.channel)
+    lst.bind_addr("%s:%d" % (server_ip, port))
+    lst.listen()
+    ch = srv.channel
+    faulted = asyncio.Event()
+    got: List[CmId] = []
+
+    async def serve() -> None:
+        async for req in srv.requests(lst):
+            got.append(req)
+            assert (await srv.accept(req)).event is E.ESTABLISHED
+            own = CmId(ch)
+
+            def busy(*a: Any, **k: Any) -> Any:
+                raise ch._busy()
+
+            ch.get_events = busy  # type: ignore[method-assign]
+            with pytest.raises(StateError, match="another thread is already reading"):
+                await srv.resolve_addr(own, server_ip)
+            del ch.get_events
+            ev = await srv.get_event()  # reads again: the ADDR_RESOLVED the fault left queued
+            assert ev.id is own and ev.event is E.ADDR_RESOLVED
+            own.destroy()
+            faulted.set()
+
+    task = asyncio.ensure_future(serve())
+    cm = CmId(cli.channel)
+    await cli.resolve_addr(cm, "%s:%d" % (server_ip, port))
+    await cli.resolve_route(cm)
+    assert (await cli.connect(cm)).event is E.CONNECT_RESPONSE
+    await asyncio.wait_for(faulted.wait(), PROMPT)
+    await asyncio.sleep(0.05)  # the loop is back in the iterator, waiting for a request
+    assert not task.done()
+    lst.destroy()
+    await asyncio.wait_for(task, PROMPT)  # ended, without an error
+    assert len(got) == 1 and not srv._handout.listeners
+    cm.destroy()
+    got[0].destroy()
+
+
+def test_a_fault_while_a_request_is_served_does_not_deafen_the_iterator(hosts):
+    async def main():
+        cli, srv = adapters(hosts)
+        async with cli, srv:
+            await fault_in_a_request_body(srv, cli, B, PORT)
+            assert empty(srv) and empty(cli)
+
+    run(main())
+
+
 def test_cancelling_a_pending_connect_leaves_the_id_to_destroy_and_nothing_behind(hosts):
     async def main():
         cli, srv = adapters(hosts)

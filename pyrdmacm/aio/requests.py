@@ -200,7 +200,9 @@ class Handout:
                 if not adapter.closed:
                     raise
                 return None
-            rq.watch()  # a fault ended the router's wait: again
+        # a fault ends the router's wait on the listener; reading may have started again
+        # while the iterator's body ran (another call read): watch again before every wait
+        rq.watch()
         fut: asyncio.Future[Optional[Event]] = loop.create_future()
         rq.waiters.append(fut)
         try:

@@ -11,7 +11,7 @@ import pytest
 
 from pyrdmacm import CmId, EventChannel, EventError, State
 from pyrdmacm.aio import AsyncChannel
-from test_aio_conn import PROMPT, serve_and_connect
+from test_aio_conn import PROMPT, fault_in_a_request_body, serve_and_connect
 
 pytestmark = pytest.mark.kernel
 
@@ -28,6 +28,14 @@ def test_a_listener_task_and_concurrent_clients_over_rxe():
         async with AsyncChannel(EventChannel()) as server, AsyncChannel(EventChannel()) as a, \
                 AsyncChannel(EventChannel()) as b:
             await serve_and_connect(server, [a, b], LOCAL, 7481, 8, TIMEWAIT)
+
+    run(main())
+
+
+def test_a_fault_while_a_request_is_served_does_not_deafen_the_iterator_over_rxe():
+    async def main():
+        async with AsyncChannel(EventChannel()) as srv, AsyncChannel(EventChannel()) as cli:
+            await fault_in_a_request_body(srv, cli, LOCAL, 7484)
 
     run(main())
 

@@ -28,6 +28,7 @@ import dataclasses
 import ipaddress
 import operator
 import struct
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from . import abi
@@ -146,20 +147,27 @@ class Command:
         template = self.encode_dict({**values, **dict.fromkeys(varying, 0)})
         items = _format_items(self.body.format)
         at = sorted((len(self.header) + self.body.offset(f), items[self.fields.index(f)], f) for f in varying)
-        fmt, pieces, end = "<", [], 0
+        pieces, items, end = [], [], 0
         for start, item, _ in at:
             assert item[-1] in "BHILQbhilq" and not item[:-1], "%s: %s is not a scalar" % (self.name, item)
             pieces.append(template[end:start])
-            fmt += "%ds%s" % (start - end, item)
+            items.append(item)
             end = start + struct.calcsize("<" + item)
         pieces.append(template[end:])
-        fmt += "%ds" % (len(template) - end)
+        in_order = [f for _, _, f in at] == list(varying)
+        if not any(b"".join(pieces[1:])) and (len(at) == 1 or in_order):
+            # nothing but zeros after the header's piece: padding the format writes, and the
+            # packer a partial of struct.pack (a call in C, not a Python function's)
+            fmt = "<%ds" % len(pieces[0]) + "".join(
+                item + ("%dx" % len(piece) if piece else "") for item, piece in zip(items, pieces[1:]))
+            return partial(struct.Struct(fmt).pack, pieces[0])
+        fmt = "<" + "".join("%ds%s" % (len(piece), item) for piece, item in zip(pieces, items)) + "%ds" % len(pieces[-1])
         pack = struct.Struct(fmt).pack
         p0, p1 = pieces[0], pieces[1]
         if len(at) == 1:
             return lambda a: pack(p0, a, p1)
         p2 = pieces[2]
-        if [f for _, _, f in at] == list(varying):
+        if in_order:
             return lambda a, b: pack(p0, a, p1, b, p2)
         return lambda a, b: pack(p0, b, p1, a, p2)
 

@@ -52,3 +52,25 @@ def test_packer_puts_the_varying_fields_in_the_order_given():
     assert pack(7, 0x4242) == c.encode_dict({"conn_param.retry_count": 3, "id": 7, "conn_param.qp_num": 0x4242})
     one = wire.COMMAND["DISCONNECT"].packer({}, ("id",))
     assert one(9) == wire.COMMAND["DISCONNECT"].encode(9)
+
+
+def test_packer_of_fields_followed_by_zeros_is_a_partial_and_packs_the_same_bytes():
+    """Where only zeros follow the varying fields (in the struct's order), the packer is a
+    partial of struct.pack (no Python frame per command: ESTABLISH and DISCONNECT are such);
+    every shape packs what encode_dict packs."""
+    from functools import partial
+
+    from pyrdmacm import wire
+
+    c = wire.COMMAND["CONNECT"]
+    cases = [({}, ("conn_param.qp_num", "id"), True), ({}, ("id", "conn_param.qp_num"), False),
+             ({"ece.vendor_id": 5}, ("id",), False), ({"ece.vendor_id": 5}, ("conn_param.qp_num", "id"), False),
+             ({"conn_param.retry_count": 7}, ("conn_param.qp_num",), False), ({}, ("id",), True)]
+    for values, varying, is_partial in cases:
+        pack = c.packer(values, varying)
+        assert isinstance(pack, partial) is is_partial, (values, varying)
+        for a, b in ((0, 0), (1, 0xFFFFFF), (0xFFFFFFFF, 2)):
+            args = (a, b)[:len(varying)]
+            assert pack(*args) == c.encode_dict({**values, **dict(zip(varying, args))}), (values, varying, args)
+    assert isinstance(wire.ESTABLISH, partial) and isinstance(wire.DISCONNECT, partial)
+    assert wire.ESTABLISH(5) == wire.COMMAND["ACCEPT"].encode_dict({"id": 5})

@@ -285,8 +285,11 @@ class Channel(Waiting, Generic[_Id]):
                 if not self._wait_readable(deadline):
                     return None
                 self._drained = False
-            write, data, view, ids, waits = self._read_write, self._b_get_event, self._event_view, self.registry.ids, \
-                self._waits
+            write = self._read_write
+            data = self._b_get_event
+            view = self._event_view
+            ids = self.registry.ids
+            waits = self._waits
             while True:
                 try:
                     write(data)

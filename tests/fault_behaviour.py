@@ -148,7 +148,7 @@ def test_a_signal_just_before_poll_begins_ends_the_wait_at_once(world: World, se
         with world.channel() as ch:
             cm = CmId(ch)
             assert ch.get_event(0.01) is None  # the main thread's poller made
-            poller = ch._main_poller
+            poller = ch._ready._main
             real = poller._poll
             poller._poll = racing
             t0 = time.monotonic()

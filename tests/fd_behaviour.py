@@ -304,7 +304,7 @@ def test_close_while_a_thread_reads_releases_the_fds_as_the_reader_leaves(world:
     before = sorted(os.listdir("/proc/self/fd"))
     for i in range(60):
         ch = EventChannel()
-        fds = (ch.fileno(), ch._waker.fd)
+        fds = (ch.fileno(), ch._ready.waker.fd)
         held = [os.readlink("/proc/self/fd/%d" % fd) for fd in fds]  # pipe:[ino], /dev/..., anon_inode:...
         errors: List[BaseException] = []
         started = threading.Event()

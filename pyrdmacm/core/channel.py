@@ -39,25 +39,21 @@ import time
 from collections import deque
 from typing import Any, Deque, Dict, Generic, Iterator, List, Optional, Tuple, TypeVar, overload
 
-from . import device as _device, process as _process, poll as _wait
+from . import device as _device, process as _process
 from .. import abi, wire
 from .device import KernelDevice, ReplyBuffer, Transport
-from .poll import Waker, timeout_seconds
-from .router import Router
-from .waits import _ROUTED, Waiting
-from .registry import Registry
+from .poll import ReadWait, timeout_seconds
+from .router import Router, Waiter
+from .registry import ChannelId, Registry
 from ..errors import KernelError, StateError, UsageError
 from .events import _TYPES, _UNPACK_EVENT, EVENT_RESP_SIZE, Event
 from ..state import State
 
-_get_ident = threading.get_ident
-_main_thread = threading.main_thread
-_READY = _wait.READY
 
 __all__ = ["Channel"]
 
 #: the class of the ids on the channel (CmId: see pyrdmacm.core.event_channel)
-_Id = TypeVar("_Id")
+_Id = TypeVar("_Id", bound=ChannelId)
 _Self = TypeVar("_Self", bound="Channel[Any]")
 
 E = abi.CmEventType
@@ -70,9 +66,11 @@ NO_ECE = (0, 0)  # the ece of nearly every event, shared: one allocation less pe
 _GET_EVENT = wire.COMMAND["GET_EVENT"]
 _DISCONNECT = wire.DISCONNECT
 _NOTHING = object()
+#: what the read returns, to a reader holding the guard, for an event it gave to a waiter
+_ROUTED: Any = object()
 
 
-class Channel(Waiting, Generic[_Id]):
+class Channel(Generic[_Id]):
     """One rdma_cm fd: ``fileno()`` for select/poll, ``get_event()`` to read events.
 
     ``Channel()`` opens the kernel device; ``Channel(transport)`` uses any
@@ -84,7 +82,8 @@ class Channel(Waiting, Generic[_Id]):
         if transport is not None:
             _device.check_transport(transport)
         try:
-            self._waker = Waker()
+            #: the one wait of every reader, and the waker that ends it (made first)
+            self._ready = ReadWait()
         except BaseException:
             if transport is not None:
                 transport.close()  # the channel owns its transport: on failure too
@@ -92,7 +91,7 @@ class Channel(Waiting, Generic[_Id]):
         try:
             self._t: Transport = transport if transport is not None else KernelDevice()
         except BaseException:
-            self._waker.close()
+            self._ready.waker.close()
             raise
         #: the one way a command reaches the kernel: the transport's write (the fd owner's)
         self._write = self._t.write
@@ -102,15 +101,13 @@ class Channel(Waiting, Generic[_Id]):
         self._read_write = getattr(self._t, "guarded_write", None) or self._t.write
         #: whose events each uid's are: ids, memberships, requests not accepted yet, and the
         #: grave (the one writer of these: :class:`~pyrdmacm.core.registry.Registry`)
-        self.registry = Registry()
+        self.registry: Registry[_Id] = Registry()
         #: answer every DISCONNECTED with DISCONNECT (the DREP of a peer's DREQ: its disconnect
         #: completes at once instead of retrying until its DREQ times out)
         self.answer_disconnect = True
         self._cmd_lock = threading.Lock()
         #: the one-reader rule's guard (see :meth:`_busy`)
         self._reader_slot = [True]
-        #: the thread id of a reader waiting in get_event (named in the refusal of a second one)
-        self._reader: Optional[int] = None
         #: the waits for events of this channel's ids (:meth:`expect`): uid -> waiter
         self._waits = Router()
         #: events a :meth:`wait` read that nobody waited for: get_event's first
@@ -124,10 +121,6 @@ class Channel(Waiting, Generic[_Id]):
         #: the last look of get_event / get_events found the queue empty (EAGAIN): their next
         #: call waits first (a batch's EAGAIN after events does not count)
         self._drained = False
-        #: the pollers of the main thread's waits (the signal pipe too) and of the others
-        #: made at the first wait of each
-        self._main_poller: Optional[_wait.Poller] = None
-        self._poller: Optional[_wait.Poller] = None
         self.closed = False
         self._create_replies: List[ReplyBuffer] = [ReplyBuffer(wire.COMMAND["CREATE_ID"].out)]
         self._destroy_replies: List[ReplyBuffer] = [ReplyBuffer(wire.COMMAND["DESTROY_ID"].out)]
@@ -158,7 +151,7 @@ class Channel(Waiting, Generic[_Id]):
             self.registry.close()
             self._queued.clear()
             self._waits.end_all(StateError("the channel was closed (by close()): the kernel destroyed its ids"))
-        self._waker.signal()  # wake a waiting reader: it raises "closed" (never a forked child's)
+        self._ready.waker.signal()  # wake a waiting reader: it raises "closed" (never a forked child's)
         if os.getpid() != self._pid:  # a forked child closes its own copies: it has no reader
             self._release()
             return
@@ -175,7 +168,7 @@ class Channel(Waiting, Generic[_Id]):
         try:
             self._t.close()
         finally:
-            self._waker.close()
+            self._ready.waker.close()
 
     def __enter__(self: _Self) -> _Self:
         return self
@@ -257,7 +250,7 @@ class Channel(Waiting, Generic[_Id]):
         """The one read of every reader: get_event's (``count``, not ``burst``, not ``held``),
         get_events' and wait()'s, which call it holding the reader guard (``held``: they look
         at the queue of kept events themselves, and are told of an event given to a waiter:
-        :data:`~pyrdmacm.core.waits._ROUTED`); ``burst`` reads the rest of a burst, which ends
+        :data:`_ROUTED`); ``burst`` reads the rest of a burst, which ends
         at the first EAGAIN or a fault (None; a burst's EAGAIN is no empty look); without
         ``count`` an event is acknowledged as it is read."""
         # A GET_EVENT on the non-blocking fd, and a wait while nothing is queued, until
@@ -282,7 +275,7 @@ class Channel(Waiting, Generic[_Id]):
             deadline: Any = _UNSET
             if (self._drained or self._wait_first) and timeout != 0:
                 deadline = None if timeout is None else _monotonic() + timeout
-                if not self._wait_readable(deadline):
+                if not self._ready.until(self, deadline):
                     return None
                 self._drained = False
             write = self._read_write
@@ -301,7 +294,7 @@ class Channel(Waiting, Generic[_Id]):
                         return None  # only looking: nothing queued
                     if deadline is _UNSET:
                         deadline = None if timeout is None else _monotonic() + timeout
-                    if not self._wait_readable(deadline):
+                    if not self._ready.until(self, deadline):
                         return None
                     continue
                 except OSError as e:
@@ -348,7 +341,7 @@ class Channel(Waiting, Generic[_Id]):
                     elif _monotonic() >= deadline:
                         return None
         finally:
-            if not held:
+            if not held:  # _let_go(), its common case inline (get_event is the hot reader)
                 if self.registry.grave or self.closed:
                     self._let_go()
                 else:
@@ -365,7 +358,7 @@ class Channel(Waiting, Generic[_Id]):
             raise UsageError("max_events must be an int >= 1, got %r" % (max_events,))
         if timeout is not None and (timeout.__class__ is not int or timeout < 0):
             timeout = timeout_seconds(timeout)
-        slot = self._hold()
+        self._hold()
         count = not ack
         out: List[Event[_Id]] = []
         try:
@@ -392,25 +385,119 @@ class Channel(Waiting, Generic[_Id]):
                     out.append(more)
             return out
         finally:
-            if self.registry.grave or self.closed:
-                self._let_go()
-            else:
-                slot.append(True)
+            self._let_go()
 
-    def _hold(self) -> List[bool]:
-        """Take the one-reader guard (StateError if another thread reads): the slot to give
-        back.  get_event, the hot one, takes it inline."""
-        slot = self._reader_slot
+    # -- waits (for the event that answers a call: pyrdmacm.core.router)
+    def expect(self, uid: int, waiter: Waiter) -> Waiter:
+        """Route the next event of ``uid`` (an id's, a membership's; a listener's for its
+        requests) that ``waiter`` takes to it, acknowledged, instead of to get_event: see
+        :mod:`pyrdmacm.core.router`.  Call it after the command (the event is read by this
+        channel's reader, which is not reading yet) or before; :meth:`wait` waits for it,
+        or the reader of an event loop delivers it.  Ends with StateError when the id is
+        destroyed or migrated away, or the channel closed."""
+        if self._live != _process.PID:
+            self._check()
+        waits = self._waits
+        if waits.setdefault(uid, waiter) is not waiter:  # another call of the id is pending
+            waits.add(uid, waiter)
+        return waiter
+
+    def expect_many(self, uids: List[int], waiter: Waiter) -> Waiter:
+        """:meth:`expect` for many uids with one waiter (a batch: it is given one event of each)."""
+        if self._live != _process.PID:
+            self._check()
+        self._waits.add_many(uids, waiter)
+        return waiter
+
+    def end_waits(self, error: BaseException) -> None:
+        """End every pending wait with ``error`` (an event loop's reader that cannot go on)."""
+        self._waits.end_all(error)
+
+    @property
+    def waiting(self) -> int:
+        """How many uids have a wait pending (:meth:`expect`)."""
+        return len(self._waits)
+
+    def forget(self, uid: int, waiter: Waiter) -> None:
+        """Give up ``waiter`` (a wait timed out or interrupted): its event goes to get_event."""
+        self._waits.forget(uid, waiter)
+
+    def wait(self, waiter: Waiter, timeout: Optional[float] = None, *, drop: bool = False) -> bool:
+        """Read events until ``waiter`` (:meth:`expect`) is done, or ``timeout`` seconds
+        (None: for ever) have passed: its ``done``.  Other waits get their events meanwhile;
+        events nobody waits for are kept, in order, for get_event (``drop``: acked and
+        dropped instead).  The one-reader rule holds (StateError while another thread reads)."""
+        if timeout is not None:
+            timeout = timeout_seconds(timeout)
+        if self._live != _process.PID:
+            self._check()
+        self._hold()
         try:
-            slot.pop()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            look = not self._wait_first  # a sync id's own channel: its event is rarely there yet
+            while not waiter.done:
+                if look:
+                    ev = self._read(0, True, False, True)
+                    if ev is _ROUTED:  # given to a waiter (this one?): the loop looks
+                        continue
+                    if ev is not None:
+                        if drop:
+                            ev.ack()
+                        else:
+                            self._queued.append(ev)
+                        continue
+                look = True
+                if not self._ready.until(self, deadline):
+                    break  # timed out (a wake-up: the loop looks whether the wait ended)
+            return waiter.done
+        finally:
+            self._let_go()
+
+    def wait_for(self, uid: int, waiter: Waiter, timeout: Optional[float] = None, *, drop: bool = False) -> Waiter:
+        """:meth:`expect`, :meth:`wait`, and :meth:`forget` if it did not end: the next event of
+        ``uid`` that ``waiter`` takes goes to it, read until it comes or ``timeout`` seconds
+        (None: for ever) have passed; a wait that ends without it (timed out, or a signal's
+        handler raised) is given up, and that event goes to get_event.  Returns ``waiter``
+        (``done``, ``event``, ``ok``, ``error``)."""
+        self.expect(uid, waiter)
+        try:
+            self.wait(waiter, timeout, drop=drop)
+        finally:
+            if not waiter.done:
+                self.forget(uid, waiter)
+        return waiter
+
+    def _ended(self, uids: List[int], why: str) -> None:
+        """``uids`` stopped being this channel's (``why``: "destroyed", "migrated", "left"):
+        their waits end now, a reader blocked in :meth:`wait` is woken to see it, and events
+        of destroyed ids kept for get_event go.  A request not answered yet has uid 0 (none
+        until ACCEPT): the waits under 0 are no id's (the asyncio adapter's close watch), and
+        stay."""
+        if 0 in uids:
+            uids = [u for u in uids if u]
+        waits = self._waits
+        if waits and not waits.keys().isdisjoint(uids):
+            waits.end(uids, why)
+            if self._ready.reader is not None:
+                self._ready.waker.signal()
+        if self._queued and why != "migrated":
+            gone = set(uids)
+            self._queued = deque(ev for ev in self._queued if ev.id.uid not in gone or not ev.id.uid)
+
+    # -- the one-reader guard
+    def _hold(self) -> None:
+        """Take the one-reader guard (StateError if another thread reads).  get_event, the
+        hot reader, takes it inline (the same list.pop)."""
+        try:
+            self._reader_slot.pop()
         except IndexError:
             raise self._busy() from None
-        return slot
 
     def _let_go(self) -> None:
-        """Give the reader guard back, when there is something to do as well: ids destroyed
-        while it was held can have no event read any more (the grave empties); after a
-        close() that found the guard held, whoever takes it back releases the fds."""
+        """Give the one-reader guard back (every reader's give-back: get_event's common case
+        is inline), with what falls to whoever held it: ids destroyed while it was held can
+        have no event read any more (the grave empties); after a close() that found the
+        guard held, the one who gives it back releases the fds."""
         if self.registry.grave:
             self.registry.bury()
         slot = self._reader_slot
@@ -434,76 +521,11 @@ class Channel(Waiting, Generic[_Id]):
         """The refusal of a second reader.  The one-reader guard (``_reader_slot``) is a
         one-slot list, only tried: list.pop and append are atomic, and under emulation a
         threading.Lock round trip costs as much as the GET_EVENT it guards."""
-        reader = self._reader
+        reader = self._ready.reader
         return StateError(
             "another thread is already reading events from this channel%s; "
             "read events from one thread and hand them out" % (" (thread %s)" % reader if reader else "")
         )
-
-    def _wait_readable(self, deadline: Optional[float]) -> bool:
-        """Wait until the fd is readable (True) or ``deadline`` (``time.monotonic()``; None:
-        never) has passed (False): the one wait of every reader.  In the main thread the
-        signal pipe is armed around it (see :mod:`pyrdmacm.core.poll`)."""
-        me = _get_ident()
-        main = me == _main_thread().ident
-        poller = self._main_poller if main else self._poller
-        if poller is None:
-            poller = self._new_poller(main)
-        self._reader = me  # named in the refusal of a second reader
-        pipe = poller.signals
-        old = pipe.arm() if pipe is not None else -1
-        try:
-            while True:
-                if deadline is None:
-                    wait_ms = -1
-                else:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return False
-                    wait_ms = max(1, int(left * 1000 + 0.999))
-                # A signal during poll(): Python runs its handler and polls again with the time
-                # left (PEP 475); one just before poll() wrote to the signal pipe, and its
-                # handler runs as this loop goes on; a handler that raises ends the wait with
-                # its exception, and the channel stays usable (the finally of get_event
-                # releases the reader).  The call to poller.wait, a Python function, is where
-                # the handler of a signal that came before the arming runs.
-                try:
-                    got = poller.wait(wait_ms)
-                except (ValueError, OSError, UsageError):
-                    if self.closed:
-                        raise StateError("the event channel was closed while waiting") from None
-                    raise
-                if self.closed:
-                    raise StateError("the event channel was closed (by another thread) while waiting for an event")
-                if got is _READY:
-                    return True
-                if pipe is not None and got is _wait.SIGNALLED:
-                    pipe.drain(old)
-                    continue
-                if got is _wait.GONE:
-                    raise _device.fd_closed_behind()
-                if got is _wait.WOKEN:  # a wait ended by destroy(): the caller looks at it
-                    self._waker.drain()
-                    return True
-        finally:
-            self._reader = None
-            if pipe is not None:
-                pipe.disarm(old)
-
-    def _new_poller(self, main: bool) -> _wait.Poller:
-        """The poller of the main thread's waits (``main``: with the signal pipe, when the
-        process has an fd for it) or of the others'."""
-        try:
-            poller = _wait.Poller(self._t.fileno(), self._waker.fd, _wait.signal_pipe() if main else None)
-        except (ValueError, OSError, UsageError):
-            if self.closed:
-                raise StateError("the event channel was closed while waiting") from None
-            raise
-        if main:
-            self._main_poller = poller
-        else:
-            self._poller = poller
-        return poller
 
     def _dispatch(self, uid: int, handle: int, number: int, status: int, raw: bytes,
                   ece: Tuple[int, int]) -> Optional[Event[_Id]]:

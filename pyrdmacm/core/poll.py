@@ -22,14 +22,19 @@ import math
 import numbers
 import os
 import select
+import threading
+import time
 from typing import Any, Optional
 
 from . import process as _process
-from .device import _FD_LIMIT, _too_many_files
-from ..errors import UsageError
+from .device import _FD_LIMIT, _too_many_files, fd_closed_behind
+from ..errors import StateError, UsageError
 
-__all__ = ["Waker", "Poller", "SignalPipe", "READY", "TIMEOUT", "WOKEN", "GONE", "SIGNALLED", "POLL_MAX_MS",
-           "timeout_seconds", "signal_pipe"]
+__all__ = ["Waker", "Poller", "ReadWait", "SignalPipe", "READY", "TIMEOUT", "WOKEN", "GONE", "SIGNALLED",
+           "POLL_MAX_MS", "timeout_seconds", "signal_pipe"]
+
+_get_ident = threading.get_ident
+_main_thread = threading.main_thread
 
 
 class Waker:
@@ -119,6 +124,90 @@ class Poller:
             elif state is TIMEOUT or state is SIGNALLED:
                 state = WOKEN if rfd == self._wake else SIGNALLED
         return state
+
+
+class ReadWait:
+    """The one wait of every reader of a channel: until its fd is readable, a deadline has
+    passed, or the waker was signalled (a close() or destroy() from another thread).  A part
+    of the channel (``Channel._ready``): it holds the channel's :class:`Waker`, the pollers
+    of the main thread's waits (with the signal pipe) and of the other threads', made at the
+    first wait of each, and the id of the thread waiting (named in the refusal of a second
+    reader).  The channel is passed to each wait, not held: a channel is freed by reference
+    counting alone."""
+
+    __slots__ = ("waker", "reader", "_main", "_other")
+
+    def __init__(self) -> None:
+        self.waker = Waker()
+        #: the thread id of the reader waiting now, or None
+        self.reader: Optional[int] = None
+        self._main: Optional[Poller] = None
+        self._other: Optional[Poller] = None
+
+    def until(self, channel: Any, deadline: Optional[float]) -> bool:
+        """Wait until ``channel``'s fd is readable (True) or ``deadline`` (``time.monotonic()``;
+        None: never) has passed (False).  In the main thread the signal pipe is armed around
+        the wait.  StateError when the channel is closed meanwhile, or its fd behind its back."""
+        me = _get_ident()
+        main = me == _main_thread().ident
+        poller = self._main if main else self._other
+        if poller is None:
+            poller = self._new_poller(channel, main)
+        self.reader = me
+        pipe = poller.signals
+        old = pipe.arm() if pipe is not None else -1
+        try:
+            while True:
+                if deadline is None:
+                    wait_ms = -1
+                else:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    wait_ms = max(1, int(left * 1000 + 0.999))
+                # A signal during poll(): Python runs its handler and polls again with the time
+                # left (PEP 475); one just before poll() wrote to the signal pipe, and its
+                # handler runs as this loop goes on; a handler that raises ends the wait with
+                # its exception, and the channel stays usable (the reader's finally gives the
+                # guard back).  The call to poller.wait, a Python function, is where the handler
+                # of a signal that came before the arming runs.
+                try:
+                    got = poller.wait(wait_ms)
+                except (ValueError, OSError, UsageError):
+                    if channel.closed:
+                        raise StateError("the event channel was closed while waiting") from None
+                    raise
+                if channel.closed:
+                    raise StateError("the event channel was closed (by another thread) while waiting for an event")
+                if got is READY:
+                    return True
+                if pipe is not None and got is SIGNALLED:
+                    pipe.drain(old)
+                    continue
+                if got is GONE:
+                    raise fd_closed_behind()
+                if got is WOKEN:  # a wait ended by destroy(): the caller looks at it
+                    self.waker.drain()
+                    return True
+        finally:
+            self.reader = None
+            if pipe is not None:
+                pipe.disarm(old)
+
+    def _new_poller(self, channel: Any, main: bool) -> Poller:
+        """The poller of the main thread's waits (``main``: with the signal pipe, when the
+        process has an fd for it) or of the others'."""
+        try:
+            poller = Poller(channel.fileno(), self.waker.fd, signal_pipe() if main else None)
+        except (ValueError, OSError, UsageError):
+            if channel.closed:
+                raise StateError("the event channel was closed while waiting") from None
+            raise
+        if main:
+            self._main = poller
+        else:
+            self._other = poller
+        return poller
 
 
 def timeout_seconds(timeout: Any) -> Optional[float]:

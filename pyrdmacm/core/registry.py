@@ -17,7 +17,7 @@ of the engine reads them.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, Dict, Iterable, List, Protocol
+from typing import Any, Callable, Dict, Generic, Iterable, List, Protocol, TypeVar
 
 from . import process as _process
 from ..errors import StateError, UsageError
@@ -55,29 +55,33 @@ class ChannelId(Protocol):
     def _drop_group(self, uid: int) -> None: ...
 
 
-class Registry:
+#: the class of a registry's ids (CmId on an EventChannel)
+_I = TypeVar("_I", bound=ChannelId)
+
+
+class Registry(Generic[_I]):
     """The uids of one channel (see the module doc)."""
 
     __slots__ = ("ids", "mcs", "unanswered", "grave", "add")
 
     def __init__(self) -> None:
         #: uid -> the id its events are for
-        self.ids: Dict[int, ChannelId] = {}
+        self.ids: Dict[int, _I] = {}
         #: uid -> the multicast membership its events are for
         self.mcs: Dict[int, Membership] = {}
         #: requests' ids handed out and not registered (uid 0 until ACCEPT)
         self.unanswered: "weakref.WeakSet[Any]" = weakref.WeakSet()
         #: ids that left while a reader held the guard: its events read already still find them
-        self.grave: Dict[int, ChannelId] = {}
+        self.grave: Dict[int, _I] = {}
         #: ``add(uid, id)``: a new id (CREATE_ID's registration; a C call, on every create's path)
-        self.add: Callable[[int, ChannelId], None] = self.ids.__setitem__
+        self.add: Callable[[int, _I], None] = self.ids.__setitem__
 
     # -- connection requests
-    def hand_out(self, cm_id: ChannelId) -> None:
+    def hand_out(self, cm_id: _I) -> None:
         """A connection request's new id, handed out with its event: not registered (uid 0)."""
         self.unanswered.add(cm_id)
 
-    def register(self, cm_id: ChannelId, channel: Any) -> int:
+    def register(self, cm_id: _I, channel: Any) -> int:
         """Give a connection request's id (uid 0) a fresh uid and register it: what ACCEPT
         needs (the kernel queues the id's events under the uid ACCEPT carries)."""
         if cm_id.uid:
@@ -88,7 +92,7 @@ class Registry:
         self.ids[uid] = cm_id
         return uid
 
-    def unregister(self, cm_id: ChannelId) -> None:
+    def unregister(self, cm_id: _I) -> None:
         """Undo :meth:`register` (the ACCEPT it was for did not go through)."""
         self.ids.pop(cm_id.uid, None)
         cm_id.uid = 0
@@ -103,7 +107,7 @@ class Registry:
         self.mcs.pop(uid, None)
 
     # -- migration: the new channel adopts, the old one lets go
-    def adopt(self, cm_id: ChannelId, groups: Iterable[Membership]) -> None:
+    def adopt(self, cm_id: _I, groups: Iterable[Membership]) -> None:
         """An id and its memberships migrating here: registered before MIGRATE_ID (their
         events may arrive at once).  A request not answered yet (uid 0) joins ``unanswered``
         once the move is done (:meth:`moved`)."""
@@ -112,14 +116,14 @@ class Registry:
         for m in groups:
             self.mcs[m.uid] = m
 
-    def disown(self, cm_id: ChannelId, groups: Iterable[Membership]) -> None:
+    def disown(self, cm_id: _I, groups: Iterable[Membership]) -> None:
         """Undo :meth:`adopt` (MIGRATE_ID refused)."""
         if cm_id.uid:
             self.ids.pop(cm_id.uid, None)
         for m in groups:
             self.mcs.pop(m.uid, None)
 
-    def moved(self, cm_id: ChannelId, groups: Iterable[Membership], to: "Registry", reader_holds: bool) -> None:
+    def moved(self, cm_id: _I, groups: Iterable[Membership], to: "Registry[_I]", reader_holds: bool) -> None:
         """The id and its memberships went to ``to`` (MIGRATE_ID done): they leave this
         registry; into the grave while a reader holds this channel's guard."""
         if cm_id.uid:
@@ -133,7 +137,7 @@ class Registry:
             self.mcs.pop(m.uid, None)
 
     # -- death
-    def destroyed(self, cm_id: ChannelId, reader_holds: bool) -> List[int]:
+    def destroyed(self, cm_id: _I, reader_holds: bool) -> List[int]:
         """DESTROY_ID returned: the id leaves (into the grave while a reader holds the guard),
         and its memberships with it.  The uids whose waits end."""
         uid = cm_id.uid

@@ -226,10 +226,14 @@ def expected(probe: str, state: str, ps: int, version: kernel_rules.Version) -> 
     return 0
 
 
-def observe(state: str, probe: str, ps: int, device: Optional[RawDevice] = None) -> str:
+def observe(state: str, probe: str, ps: int, device: Optional[RawDevice] = None,
+            close: Optional[Callable[[CaseFd], None]] = None) -> str:
     """What ``probe`` answers on a fresh id of port space ``ps`` brought into ``state``, on a
-    new fd (of ``device``'s, or the kernel's)."""
+    new fd (of ``device``'s, or the kernel's), closed after by ``close`` (CaseFd.close: at once)."""
     qp = QP.UD if ps == PS.UDP else QP.RC
-    with CaseFd(device=device) as fd:
+    fd = CaseFd(device=device)
+    try:
         h = STATES[state].make(fd, ps, qp)
         return outcome_text(PROBES[probe].write(fd, h))
+    finally:
+        (close or CaseFd.close)(fd)

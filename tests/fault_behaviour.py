@@ -73,15 +73,17 @@ def test_signal_during_a_blocking_wait_is_absorbed(world: World):
             cm = CmId(ch)
             signal.setitimer(signal.ITIMER_REAL, 0.03, 0.03)
             cm.resolve_addr(world.silent, timeout_ms=400)
-            ev = ch.get_event(None)  # blocks across a dozen signals
+            ev = ch.get_event(None)  # blocks across the signals until the kernel answers
             assert ev is not None and ev.event is E.ADDR_ERROR and ev.id is cm
+            # (how long it blocked is the kernel's: a neighbour an earlier test left FAILED
+            # answers at once, so the count of signals there is not asserted)
             n = len(hits)
-            assert n >= 5
             t0 = time.monotonic()
             assert ch.get_event(0.3) is None  # a timed wait keeps its deadline across signals
             took = time.monotonic() - t0
-            # restarting the whole wait at each signal (every 30 ms) would never end
-            assert 0.29 <= took < 10 and len(hits) > n
+            # restarting the whole wait at each signal (every 30 ms) would never end; each
+            # signal's handler ran during it (about ten)
+            assert 0.29 <= took < 10 and len(hits) - n >= 5
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)

@@ -219,18 +219,19 @@ def test_a_write_racing_with_close_never_reaches_a_file_that_reused_the_number(w
     from pyrdmacm import wire
 
     world.open_node(monkeypatch)
-    ch = EventChannel()
-    fd = ch.fileno()
     inside, go = threading.Event(), threading.Event()
     real_write = os.write
+    device_fd = [-1]
 
     def held_write(f: int, data: bytes) -> int:
-        if f == fd:  # the device's (not the waker's, which close() signals)
+        if f == device_fd[0]:  # the device's (not the waker's, which close() signals)
             inside.set()
             assert go.wait(10)
         return real_write(f, data)
 
-    monkeypatch.setattr(_device, "_os_write", held_write)
+    monkeypatch.setattr(_device, "_os_write", held_write)  # what the device's write is bound to
+    ch = EventChannel()
+    fd = device_fd[0] = ch.fileno()
     outcome: list = []
     # DESTROY_ID of a handle no id has: the kernel refuses it, but it must reach the kernel
     data = wire.COMMAND["DESTROY_ID"].encode(0, 0x7FFFFFF0, 0)

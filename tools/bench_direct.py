@@ -37,12 +37,17 @@ class NullDevice(KernelDevice):
     legacy = False
 
     def _open(self):
-        self.fd = self._fd = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        fd = self.fd = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        st = os.fstat(fd)
+        if hasattr(self, "_own"):
+            self._own(fd, st)
+            return
+        # an older revision's device (a baseline): its own bookkeeping
+        self._fd = fd
         if hasattr(self, "_slot"):
-            self._slot.append(self._fd)
-        else:  # an older revision's device keeps its number apart
-            self._number = self._fd
-        st = os.fstat(self._fd)
+            self._slot.append(fd)
+        else:
+            self._number = fd
         self._ident = (st.st_dev, st.st_ino, st.st_rdev)
 
     def identify_device(self, index, node_guid):

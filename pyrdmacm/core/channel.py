@@ -37,7 +37,7 @@ import os
 import threading
 import time
 from collections import deque
-from typing import Any, Deque, Dict, Generic, Iterator, List, Optional, Tuple, TypeVar, overload
+from typing import Any, Callable, Deque, Dict, Generic, Iterator, List, Optional, Tuple, TypeVar, overload
 
 from . import device as _device, process as _process
 from .. import abi, wire
@@ -93,12 +93,10 @@ class Channel(Generic[_Id]):
         except BaseException:
             self._ready.waker.close()
             raise
-        #: the one way a command reaches the kernel: the transport's write (the fd owner's)
-        self._write = self._t.write
-        #: the reader's write (GET_EVENT), made holding the reader guard: the device's own
-        #: uncounted write where it has one (the guard counts the reader in: the fds are
-        #: released only by whoever holds it, see close())
-        self._read_write = getattr(self._t, "guarded_write", None) or self._t.write
+        #: the one way a command reaches the kernel: the transport's write (the fd owner's).
+        #: Read at each call, never kept in a variable: the device's fd is released when the
+        #: last holder of its write lets go (close() swaps this one out)
+        self._write: Callable[[bytes], int] = self._t.write
         #: whose events each uid's are: ids, memberships, requests not accepted yet, and the
         #: grave (the one writer of these: :class:`~pyrdmacm.core.registry.Registry`)
         self.registry: Registry[_Id] = Registry()
@@ -147,6 +145,7 @@ class Channel(Generic[_Id]):
             return
         self.closed = True
         self._live = 0
+        self._write = _device.closed_write  # the channel's hold on the fd's write goes
         if os.getpid() == self._pid:
             self.registry.close()
             self._queued.clear()
@@ -163,8 +162,8 @@ class Channel(Generic[_Id]):
 
     def _release(self) -> None:
         """Close the device and the waker: the fd is released now, or by the last command
-        write in flight (the device counts those); the reader's writes are counted by the
-        reader guard, which whoever releases holds."""
+        write in flight (each holds the device's write until it returns); the reader's
+        polls are covered by the reader guard, which whoever releases holds."""
         try:
             self._t.close()
         finally:
@@ -278,14 +277,13 @@ class Channel(Generic[_Id]):
                 if not self._ready.until(self, deadline):
                     return None
                 self._drained = False
-            write = self._read_write
             data = self._b_get_event
             view = self._event_view
             ids = self.registry.ids
             waits = self._waits
             while True:
                 try:
-                    write(data)
+                    self._write(data)  # read each time (see __init__)
                 except BlockingIOError:
                     if burst:
                         return None

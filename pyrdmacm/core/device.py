@@ -14,11 +14,17 @@ the buffer out of a pool).
 O_CLOEXEC | O_NONBLOCK``), checks that it is the rdma_cm character device and
 that the kernel speaks ABI 3 or 4, and offers the :class:`Transport`
 operations: ``write(bytes)``, ``fileno()``, ``close()`` and
-``identify_device()``.  ``write`` is the one way a command reaches the kernel; it
-counts the calls in flight, so that ``close()`` releases the fd at once when
-none is, and otherwise the last one does as it returns: nothing stays open on
-the number, and a write racing with ``close()`` from another thread can never
-reach another file that reused it.
+``identify_device()``.  ``write`` is the one way a command reaches the kernel:
+``os.write`` bound to the fd (a C call, no frame of ours per command).  The fd
+is closed when the last holder of that bound write lets go of it: ``close()``
+drops the device's own reference (and the channel its copy), and a call in
+flight holds one until it returns -- the interpreter's reference count is the
+count of calls in flight.  So ``close()`` releases the fd at once when no write
+is in flight, and otherwise the last one does as it returns: nothing stays open
+on the number, and a write racing with ``close()`` from another thread can
+never reach another file that reused it.  (Whoever holds the write must not
+keep it in a variable that outlives the call, such as a frame that may end in
+an exception: a traceback keeps its frame's variables.)
 :class:`pyrdmacm.testing.FakeKernel` offers the same operations over a pipe,
 speaking the same bytes.  The channel's waits (its second fd, the poller) are
 :mod:`pyrdmacm.core.poll`'s.  Running out of file descriptors is a
@@ -46,7 +52,7 @@ import stat
 import weakref
 from array import array
 from functools import partial
-from typing import Any, List, Optional, Protocol, Tuple
+from typing import Any, Callable, List, Optional, Protocol, Tuple
 
 from ..abi import chardev as _chardev
 from ..errors import DeviceNodeError, StateError, UsageError
@@ -183,9 +189,7 @@ class Transport(Protocol):
         """The fd to poll for events (readable when one is queued)."""
 
     def write(self, data: bytes) -> int:
-        """Write one command; an ``OSError`` with the kernel's errno when it refuses it.
-        (Optionally, ``guarded_write``: the same for a caller that guarantees the device is
-        not closed during the call -- the channel's reader.)"""
+        """Write one command; an ``OSError`` with the kernel's errno when it refuses it."""
 
     def close(self) -> None:
         """Close the device: the kernel destroys every id on it."""
@@ -208,21 +212,23 @@ _FD_LIMIT = (errno.EMFILE, errno.ENFILE)
 _os_write = os.write
 
 
-def _release(slot: List[int], ident: Tuple[int, int, int]) -> None:
-    """Close the fd held in ``slot`` (a one-element list), once: whoever pops it closes it
-    (``close()``, the last call in flight after it, or the finalizer of a device never
-    closed).  An fd that is no longer the file opened (closed behind our back, its number
-    maybe reused) is not ours to touch.  Never raises: ``os.close`` needs no new fd."""
-    try:
-        fd = slot.pop()
-    except IndexError:
-        return
+def _release(fd: int, ident: Tuple[int, int, int]) -> None:
+    """Close the device's fd: the finalizer of its bound write, which runs once, when the
+    last holder lets go (``close()`` and every call in flight; or the device dropped
+    without close()).  An fd that is no longer the file opened (closed behind our back,
+    its number maybe reused) is not ours to touch.  Never raises: ``os.close`` needs no
+    new fd."""
     try:
         st = os.fstat(fd)
         if (st.st_dev, st.st_ino, st.st_rdev) == ident:
             os.close(fd)
-    except OSError:  # EBADF: someone os.close()d it already; it is closed either way
+    except OSError:
         pass
+
+
+def closed_write(data: bytes) -> int:
+    """The write of a closed device (and channel): EBADF, what a write to a closed fd says."""
+    raise OSError(errno.EBADF, "the rdma_cm channel is closed")
 
 
 def _check_node(path: str, st: os.stat_result, nl: Optional[Tuple[Tuple[int, int], str, int]]) -> None:
@@ -258,23 +264,24 @@ class KernelDevice:
     """The rdma_cm character device, opened non-blocking: the one owner of its fd.
 
     ``write(data)`` writes one command: the one way every command reaches the kernel.
-    It counts itself as a call in flight while it writes; :meth:`close` closes the fd at
-    once when no call is in flight, and otherwise the last call in flight does, as it
-    returns (the kernel keeps such a count for its own files).  So the fd number is
-    released by close() -- nothing is left open on it -- and a write racing with close()
-    from another thread either completes on the rdma_cm file or fails as "closed"; it
-    never reaches a file that reused the number.
+    It is ``os.write`` bound to the fd, whose finalizer closes the fd: :meth:`close`
+    drops the device's reference, and a call in flight holds its own until it returns
+    (the kernel keeps such a count for its own files; the interpreter keeps this one).
+    So the fd number is released by close() -- nothing is left open on it -- or by the
+    last call in flight, and a write racing with close() from another thread either
+    completes on the rdma_cm file or fails as "closed"; it never reaches a file that
+    reused the number.
     """
 
     legacy: bool
+    #: write one command (``os.write`` bound to the fd); after close(), EBADF: the kernel's
+    #: refusal is the OSError it raised
+    write: Callable[[bytes], int]
 
     def __init__(self, path: Optional[str] = None, *, legacy: Optional[bool] = None) -> None:
         self._fd = -1
-        #: one entry per call in flight (list.append and list.pop are atomic)
-        self._users: List[None] = []
-        #: [fd] while the fd is open: whoever pops it closes it (:func:`_release`)
-        self._slot: List[int] = []
         self._ident: Tuple[int, int, int] = (0, 0, 0)
+        self.write = closed_write
         self.path = path or os.environ.get("PYRDMACM_DEVICE") or DEFAULT_PATH
         self.abi_version = 0
         self.abi_source = ""
@@ -285,12 +292,14 @@ class KernelDevice:
         #: bytes and ignore the rest, so a non-zero ECE would be dropped unsaid
         self.ece = kernel_at_least(5, 8)
         self._open()
-        #: the write of a caller that keeps the device open by other means for the whole call
-        #: (the channel's reader, holding the reader guard: the channel closes the device only
-        #: when no reader holds it): os.write bound to the fd, counted by nobody
-        self.guarded_write = partial(_os_write, self._fd)
-        # a device dropped without close(): its fd is closed when the object dies
-        weakref.finalize(self, _release, self._slot, self._ident)
+
+    def _own(self, fd: int, st: os.stat_result) -> None:
+        """Take ``fd`` (open; ``st`` its fstat): its write, and the finalizer of that write,
+        which closes it."""
+        self._fd = fd
+        self._ident = (st.st_dev, st.st_ino, st.st_rdev)
+        write = self.write = partial(_os_write, fd)
+        weakref.finalize(write, _release, fd, self._ident)
 
     def _open(self) -> None:
         nl = chardev_via_netlink()
@@ -334,9 +343,7 @@ class KernelDevice:
         except BaseException:
             os.close(fd)
             raise
-        self._fd = fd
-        self._slot.append(fd)
-        self._ident = (st.st_dev, st.st_ino, st.st_rdev)
+        self._own(fd, st)
         self.abi_version = abi
         self.abi_source = source
 
@@ -348,21 +355,6 @@ class KernelDevice:
     @property
     def closed(self) -> bool:
         return self._fd < 0
-
-    def write(self, data: bytes) -> int:
-        """Write one command (``os.write``): the kernel's refusal is the OSError it raised;
-        once the device is closed, EBADF (what a write to a closed fd says)."""
-        users = self._users
-        users.append(None)  # in flight: close() leaves the fd open until we are out
-        try:
-            fd = self._fd  # read after counting ourselves in: >= 0 means open until we leave
-            if fd >= 0:
-                return _os_write(fd, data)
-            raise OSError(errno.EBADF, "the rdma_cm channel is closed")
-        finally:
-            users.pop()
-            if self._fd < 0 and not users:  # closed meanwhile, and we were the last: close it
-                _release(self._slot, self._ident)
 
     def identify_device(self, index: Optional[int], node_guid: int) -> Tuple[Optional[str], Optional[int]]:
         from ..devices import identify_device
@@ -377,8 +369,7 @@ class KernelDevice:
         """Close the device: the kernel destroys every id on it.  The fd is closed now, or by
         the last call in flight (see the class doc); closing twice does nothing; never raises."""
         self._fd = -1
-        if not self._users:
-            _release(self._slot, self._ident)
+        self.write = closed_write  # the device's reference to the fd's write goes
 
 
 _TRANSPORT_CALLS = ("fileno", "write", "close", "identify_device")

@@ -46,7 +46,7 @@ from .poll import ReadWait, timeout_seconds
 from .router import Router, Waiter
 from .registry import ChannelId, Registry
 from ..errors import KernelError, StateError, UsageError
-from .events import _TYPES, _UNPACK_EVENT, EVENT_RESP_SIZE, Event
+from .events import _TYPES, _UNPACK_EVENT, EVENT_RESP_SIZE, Event, new_event
 from ..state import State
 
 
@@ -308,7 +308,7 @@ class Channel(Generic[_Id]):
                     # an event with effects, or a number the table does not know (_dispatch's)
                     ev = cm_id._on_event(number, count and not waited)
                     if ev is not None:
-                        event = Event(ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE)
+                        event = new_event((ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE, None, None))
                         if not waited:
                             return event
                         if not waits.route(uid, event):
@@ -549,12 +549,12 @@ class Channel(Generic[_Id]):
             # id is the caller's to accept, reject or destroy (else the peer waits unanswered)
             new = cm_id._spawn(self, handle)
             reg.hand_out(new)
-            request: Event[_Id] = new._requested(Event(ev, status, new, handle, raw, ece, cm_id, None))
+            request: Event[_Id] = new._requested(new_event((ev, status, new, handle, raw, ece, cm_id, None)))
             return request
         cm_id._on_event_with_effects(ev)
         if ev is _DISCONNECTED and self.answer_disconnect and cm_id._state is not _DESTROYED:
             cm_id._answer_dreq()
-        return Event(ev, status, cm_id, handle, raw, ece, None, membership)
+        return new_event((ev, status, cm_id, handle, raw, ece, None, membership))
 
     def _private(self) -> "Channel[_Id]":
         """A new channel on the same device, for one sync id (librdmacm's private channel)."""

@@ -4,8 +4,8 @@ Theory of operation
 -------------------
 ``rdma_ucm_event_resp`` carries the id's ``uid`` (ours), the kernel's handle,
 the event type, a status and a 304-byte parameter union.  :func:`decode_event_head`
-reads its head, from which the channel makes an :class:`Event` (a slotted object whose
-fields are read-only); the union is kept as bytes and decoded once, on first use, by
+reads its head, from which the channel makes an :class:`Event` (a named tuple: its
+fields read-only, each read in C); the union is kept as bytes and decoded once, on first use, by
 :attr:`Event.param`, because which arm is meaningful depends on the id: UD
 ids (port spaces UDP and IPOIB, or PS_IB with a UD QP) get ``ud``, others
 ``conn``, USER/INTERNAL events (6.17+) ``arg32``.
@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import re
 import struct
-from operator import attrgetter
+from collections import namedtuple
+from functools import partial
 from typing import TYPE_CHECKING, Any, Dict, Generic, Optional, Tuple, TypeVar, Union
 
 from .. import abi
@@ -43,7 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
 else:
     _Id = TypeVar("_Id")
 
-__all__ = ["Event", "ConnParam", "UdParam", "decode_event_head", "EVENT_RESP_SIZE", "REJECT_HINTS", "SIDR_HINTS"]
+__all__ = ["Event", "EVENT_FIELDS", "new_event", "ConnParam", "UdParam", "decode_event_head", "EVENT_RESP_SIZE", "REJECT_HINTS", "SIDR_HINTS"]
 
 _EVENT = CODECS["rdma_ucm_event_resp"]
 EVENT_RESP_SIZE = _EVENT.size
@@ -114,124 +115,106 @@ EVENT_HINTS: Dict[int, str] = {
 }
 
 
-class Event(Generic[_Id]):
-    """One CM event (immutable).  ``id`` is the :class:`~pyrdmacm.CmId` it belongs to.
+#: An event's fields, in order (an Event is a tuple of them), and what each holds
+_FIELD_DOCS = {
+    "event": "The event type (a CmEventType; an int the enum does not know).",
+    "status": "0, a negative errno, or (REJECTED, UNREACHABLE of a datagram id) the peer's reason.",
+    "id": "The id it belongs to (a connection request's new id, for CONNECT_REQUEST).",
+    "handle": "The kernel's handle of that id.",
+    "raw_param": "The parameter union as the kernel wrote it (see param).",
+    "ece": "The peer's ECE (vendor_id, attr_mod) of a connection event.",
+    "listen_id": "CONNECT_REQUEST: the listener the request came to.",
+    "membership": "MULTICAST_JOIN / MULTICAST_ERROR: the membership (join_multicast's answer) it is for.",
+}
+EVENT_FIELDS = tuple(_FIELD_DOCS)
+
+if TYPE_CHECKING:  # pragma: no cover
+    _Fields = Tuple[Any, ...]  # the checker sees the fields as the typed properties below
+else:
+    #: the tuple an event is: each field a C-level getter (an event's fields are read on
+    #: every event's path, and the channel makes one per event read without a Python frame)
+    _Fields = namedtuple("Event", EVENT_FIELDS, defaults=((0, 0), None, None), module=__name__)
+    for _name, _doc in _FIELD_DOCS.items():
+        getattr(_Fields, _name).__doc__ = _doc
+    del _name, _doc
+
+
+class Event(_Fields, Generic[_Id]):
+    """One CM event (immutable): a named tuple of ``(event, status, id, handle, raw_param,
+    ece, listen_id, membership)`` (:func:`collections.namedtuple`).  ``id`` is the
+    :class:`~pyrdmacm.CmId` it belongs to.
 
     For ``CONNECT_REQUEST``, ``id`` is the *new* id the kernel made for the incoming
     connection and ``listen_id`` the listener.  Its fields are read-only; ``param`` is
-    decoded on first use, once.
+    decoded on first use, once.  Two events are equal when their fields are (as tuples).
     """
 
-    __slots__ = ("_event", "_status", "_id", "_handle", "_raw", "_ece", "_listen_id", "_membership", "_param")
+    # no __slots__: the decoded ``param`` is kept in the instance's dict, made on first use
 
     _param: Union[ConnParam, UdParam, Tuple[int, int], None]
 
-    def __init__(self, event: Union[abi.CmEventType, int], status: int, id: _Id, handle: int,
-                 raw_param: bytes, ece: Tuple[int, int] = (0, 0), listen_id: Optional[_Id] = None,
-                 membership: "Optional[Membership]" = None) -> None:
-        # one store each: a tuple assignment of four builds a tuple and unpacks it (about 700
-        # instructions more per event on 3.11, the channel making one per event read)
-        self._event = event
-        self._status = status
-        self._id = id
-        self._handle = handle
-        self._raw = raw_param
-        self._ece = ece
-        self._listen_id = listen_id
-        self._membership = membership
-
-    # The fields, read-only: each a C-level getter at run time (an event's fields are read on
-    # every event's path); the type checker sees the same names as typed properties.
     if TYPE_CHECKING:  # pragma: no cover
-        @property
-        def event(self) -> Union[abi.CmEventType, int]:
-            """The event type (a :class:`~pyrdmacm.abi.CmEventType`; an int the enum does not know)."""
+        def __new__(cls, event: Union[abi.CmEventType, int], status: int, id: _Id, handle: int,
+                    raw_param: bytes, ece: Tuple[int, int] = (0, 0), listen_id: Optional[_Id] = None,
+                    membership: "Optional[Membership]" = None) -> "Event[_Id]": ...
 
         @property
-        def status(self) -> int:
-            """0, a negative errno, or (REJECTED, UNREACHABLE of a datagram id) the peer's reason."""
+        def event(self) -> Union[abi.CmEventType, int]: ...
 
         @property
-        def id(self) -> _Id:
-            """The id it belongs to (a connection request's new id, for CONNECT_REQUEST)."""
+        def status(self) -> int: ...
 
         @property
-        def handle(self) -> int:
-            """The kernel's handle of that id."""
+        def id(self) -> _Id: ...
 
         @property
-        def raw_param(self) -> bytes:
-            """The parameter union as the kernel wrote it (see :attr:`param`)."""
+        def handle(self) -> int: ...
 
         @property
-        def ece(self) -> Tuple[int, int]:
-            """The peer's ECE (vendor_id, attr_mod) of a connection event."""
+        def raw_param(self) -> bytes: ...
 
         @property
-        def listen_id(self) -> Optional[_Id]:
-            """CONNECT_REQUEST: the listener the request came to."""
+        def ece(self) -> Tuple[int, int]: ...
 
         @property
-        def membership(self) -> "Optional[Membership]":
-            """MULTICAST_JOIN / MULTICAST_ERROR: the membership (``join_multicast``'s answer) it is for."""
-    else:
-        event = property(attrgetter("_event"), doc="The event type (a CmEventType; an int the enum does not know).")
-        status = property(attrgetter("_status"), doc="0, a negative errno, or (REJECTED, UNREACHABLE of a "
-                          "datagram id) the peer's reason.")
-        id = property(attrgetter("_id"), doc="The id it belongs to (a connection request's new id, for "
-                      "CONNECT_REQUEST).")
-        handle = property(attrgetter("_handle"), doc="The kernel's handle of that id.")
-        raw_param = property(attrgetter("_raw"), doc="The parameter union as the kernel wrote it (see param).")
-        ece = property(attrgetter("_ece"), doc="The peer's ECE (vendor_id, attr_mod) of a connection event.")
-        listen_id = property(attrgetter("_listen_id"), doc="CONNECT_REQUEST: the listener the request came to.")
-        membership = property(attrgetter("_membership"), doc="MULTICAST_JOIN / MULTICAST_ERROR: the membership "
-                              "(join_multicast's answer) it is for.")
+        def listen_id(self) -> Optional[_Id]: ...
 
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not Event:
-            return NotImplemented
-        return self._fields() == other._fields()
-
-    def __hash__(self) -> int:
-        return hash(self._fields())
-
-    def _fields(self) -> Tuple[Any, ...]:
-        return (self._event, self._status, self._id, self._handle, self._raw, self._ece, self._listen_id,
-                self._membership)
+        @property
+        def membership(self) -> "Optional[Membership]": ...
 
     @property
     def ok(self) -> bool:
         """False for the failure events (ADDR_ERROR, ROUTE_ERROR, REJECTED, ...)."""
-        return self._event not in _FAILURES
+        return self.event not in _FAILURES
 
     @property
     def status_name(self) -> str:
         """``'ETIMEDOUT'`` for -110; ``''`` for 0; the IB CM reject reason's name for REJECTED
         (``'INVALID_SERVICE_ID'`` for 8); the SIDR status's name for UNREACHABLE of a datagram id."""
-        status = self._status
+        status = self.status
         if not status:
             return ""
         if status > 0:
-            if self._event is _REJECTED:
+            if self.event is _REJECTED:
                 return abi.RejectReason.name_of(status)
-            if self._event is _UNREACHABLE and self._datagram():
+            if self.event is _UNREACHABLE and self._datagram():
                 return abi.SidrStatus.name_of(status)
         return errno_name(status)
 
     def _datagram(self) -> bool:
-        return getattr(self._id, "qp_type", abi.QpType.RC) == abi.QpType.UD
+        return getattr(self.id, "qp_type", abi.QpType.RC) == abi.QpType.UD
 
     @property
     def reason(self) -> Optional[int]:
         """REJECTED: the IB CM reject reason (a :class:`~pyrdmacm.abi.RejectReason` when known);
         UNREACHABLE of a datagram id with a SIDR status: that status
         (:class:`~pyrdmacm.abi.SidrStatus`); None otherwise."""
-        status = self._status
+        status = self.status
         if status <= 0:
             return None
-        if self._event is _REJECTED:
+        if self.event is _REJECTED:
             enum_cls: Any = abi.RejectReason
-        elif self._event is _UNREACHABLE and self._datagram():
+        elif self.event is _UNREACHABLE and self._datagram():
             enum_cls = abi.SidrStatus
         else:
             return None
@@ -242,7 +225,7 @@ class Event(Generic[_Id]):
 
     def explain(self) -> str:
         """What the event means and what to do, in a sentence ('' when there is nothing to say)."""
-        ev, status = self._event, self._status
+        ev, status = self.event, self.status
         if status > 0 and ev is _REJECTED:
             return _hints()[0].get(status, "the peer's CM rejected the connection (IB CM reason %d)" % status)
         if status > 0 and ev is _UNREACHABLE and self._datagram():
@@ -258,14 +241,14 @@ class Event(Generic[_Id]):
             return self._param
         except AttributeError:
             pass
-        ev = self._event
+        ev = self.event
         p: Union[ConnParam, UdParam, Tuple[int, int], None]
         if ev in (abi.CmEventType.USER, abi.CmEventType.INTERNAL):
-            p = _ARG32.unpack_from(self._raw)
+            p = _ARG32.unpack_from(self.raw_param)
         elif ev in _MC_EVENTS or self._datagram():
-            p = decode_ud(self._raw)
+            p = decode_ud(self.raw_param)
         else:
-            p = decode_conn(self._raw, self._ece)
+            p = decode_conn(self.raw_param, self.ece)
         self._param = p
         return p
 
@@ -287,11 +270,15 @@ class Event(Generic[_Id]):
         self.ack()
 
     def __repr__(self) -> str:
-        s = "Event(%s" % (self._event,)
-        if self._status:
-            s += ", status=%d %s" % (self._status, self.status_name)
-        return s + ", id=%r)" % (self._id,)
+        s = "Event(%s" % (self.event,)
+        if self.status:
+            s += ", status=%d %s" % (self.status, self.status_name)
+        return s + ", id=%r)" % (self.id,)
 
+
+#: an Event from the tuple of its eight fields, in C (what ``Event._make`` does, without
+#: its Python frame): how the channel makes the event of each read
+new_event = partial(tuple.__new__, Event)
 
 _TYPES = {int(t): t for t in abi.CmEventType}
 

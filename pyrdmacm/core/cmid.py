@@ -54,8 +54,7 @@ _TCP_RC = rules_for(_PS_TCP, abi.QpType.RC)
 _DESTROYED, _ADDR_BOUND = State.DESTROYED, State.ADDR_BOUND
 _DATAGRAM = Kind.DATAGRAM
 # the hot commands and calls, read as globals (an enum member's lookup costs ten times more)
-_CREATE, _DESTROY = _CMD["CREATE_ID"], _CMD["DESTROY_ID"]
-_CREATE_CMD, _H_CREATE, _N_CREATE, _N_CREATE_REPLY = _CREATE.pack, _CREATE.header, _CREATE.size, _CREATE.out
+_DESTROY = _CMD["DESTROY_ID"]
 _DESTROY_CMD, _H_DESTROY, _N_DESTROY_REPLY = _DESTROY.pack, _DESTROY.header, _DESTROY.out
 _H_RESOLVE_ADDR = _CMD["RESOLVE_ADDR"].header
 _RESOLVE_ADDR_HEAD, _resolve_addr_tail = wire.RESOLVE_ADDR_HEAD, wire.resolve_addr_tail
@@ -137,34 +136,7 @@ class CmId(Life):
             raise UsageError("channel must be an EventChannel or None, got %r" % (channel,))
         return channel
 
-    # -- birth and death
-    def _create(self: _S, channel: Any, rules: Any) -> _S:
-        """CREATE_ID for this new id (checked, not yet created) on a live ``channel``, of the
-        port space and QP type of ``rules``: the one place that writes it (``CmId()``,
-        ``EventChannel.create_id`` and ``create_ids`` end here).  The id is registered
-        (uid -> id) once the kernel made it.  Returns the id."""
-        self.channel = channel
-        self._born(rules)
-        pool = channel._create_replies
-        try:
-            reply = pool.pop()
-        except IndexError:  # another thread has it
-            reply = ReplyBuffer(_N_CREATE_REPLY)
-        uid = self.uid = _process.next_uid()
-        data = _CREATE_CMD(_H_CREATE, uid, reply.address, rules.ps, rules.qp_type, b"")
-        try:
-            n = channel._write(data)
-        except OSError as e:
-            pool.append(reply)
-            raise channel._refused(e, "CREATE_ID", {}) from None
-        if n != _N_CREATE:
-            pool.append(reply)
-            raise channel._short(n, data, "CREATE_ID")
-        self.handle = reply.u32[0]
-        pool.append(reply)
-        channel.registry.add(uid, self)
-        return self
-
+    # -- death (birth, CREATE_ID, is the record's: Life._create)
     def destroy(self) -> int:
         """Destroy the id (DESTROY_ID): ``rdma_destroy_id``.  Returns ``events_reported``.
 

@@ -4,9 +4,10 @@
 :class:`Life` applies it: its methods and :func:`ack` are the only code that assigns an id's
 state, its count of events not acknowledged and its kept query answers.  The one I/O a
 move starts is a call's write, through the channel's writer, between the id's move and its
-undo (:meth:`Life._call`).  :class:`~pyrdmacm.core.cmid.CmId`, a Life, has the verbs that
-make the calls, and its birth and death (CREATE_ID, DESTROY_ID); the channel's registry
-(uid -> id) is written by :class:`~pyrdmacm.core.registry.Registry` alone.
+undo (:meth:`Life._call`); birth, the first move, is CREATE_ID's (:meth:`Life._create`).
+:class:`~pyrdmacm.core.cmid.CmId`, a Life, has the verbs that make the calls, death
+(DESTROY_ID) among them; the channel's registry (uid -> id) is written by
+:class:`~pyrdmacm.core.registry.Registry` alone.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import errno
 from typing import Any, Dict, List, Optional, TypeVar, Union
 
 from . import process as _process
+from .device import ReplyBuffer
 from .membership import Membership
 from .queries import Answers
 from .. import wire
@@ -25,12 +27,15 @@ from ..state import AFTER_REFUSAL, Call, Rules, State, after_event, refusal
 
 #: an event (life.py names no event class: events.py imports ack from here)
 _E = TypeVar("_E")
+_L = TypeVar("_L", bound="Life")
 
 
 __all__ = ["Life", "ack"]
 
-_DESTROYED = State.DESTROYED
+_IDLE, _DESTROYED = State.IDLE, State.DESTROYED
 _DISCONNECT = wire.DISCONNECT
+_CREATE = wire.COMMAND["CREATE_ID"]
+_CREATE_CMD, _H_CREATE, _N_CREATE, _N_CREATE_REPLY = _CREATE.pack, _CREATE.header, _CREATE.size, _CREATE.out
 _new_object = object.__new__
 
 
@@ -81,12 +86,35 @@ class Life:
     #: how many times migrate() moved the id
     _moves: int
 
-    def _born(self, rules: Rules, state: State = State.IDLE) -> None:
-        """A new id of ``rules``' kind, in ``state`` (IDLE; REQUEST for a connection request's)."""
+    def _create(self: _L, channel: Any, rules: Rules) -> _L:
+        """Birth: CREATE_ID for this new id (checked, not yet created) on a live ``channel``,
+        of the port space and QP type of ``rules``; the id is IDLE, and registered (uid ->
+        id) once the kernel made it.  The one place that writes CREATE_ID (``CmId()``,
+        ``EventChannel.create_id`` and ``create_ids`` end here).  Returns the id."""
+        self.channel = channel
         self._rules = rules
-        self._state = state
+        self._state = _IDLE
         self._unacked = 0
         self._cache = None
+        pool = channel._create_replies
+        try:
+            reply = pool.pop()
+        except IndexError:  # another thread has it
+            reply = ReplyBuffer(_N_CREATE_REPLY)
+        uid = self.uid = _process.next_uid()
+        data = _CREATE_CMD(_H_CREATE, uid, reply.address, rules.ps, rules.qp_type, b"")
+        try:
+            n = channel._write(data)
+        except OSError as e:
+            pool.append(reply)
+            raise channel._refused(e, "CREATE_ID", {}) from None
+        if n != _N_CREATE:
+            pool.append(reply)
+            raise channel._short(n, data, "CREATE_ID")
+        self.handle = reply.u32[0]
+        pool.append(reply)
+        channel.registry.add(uid, self)
+        return self
 
     def _ready(self, call: Call) -> None:
         """StateError, before any syscall, unless ``call`` may be made now: the id's channel
@@ -224,8 +252,11 @@ class Life:
         ACCEPT gives it one, and then it is registered; until then it is not in the
         channel's registry."""
         obj = _new_object(self.__class__)
-        obj.channel, obj.handle, obj.uid = channel, handle, 0
-        obj._born(self._rules, State.REQUEST)
+        obj.channel, obj.handle, obj.uid = channel, handle, 0  # birth: the request's new id
+        obj._rules = self._rules
+        obj._state = State.REQUEST
+        obj._unacked = 0
+        obj._cache = None
         context = getattr(self, "_context", None)
         if context is not None:
             obj._context = context

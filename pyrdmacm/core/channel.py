@@ -242,15 +242,17 @@ class Channel(Generic[_Id]):
         goes on, unless the handler raises.  A wait in the main thread gives
         ``signal.set_wakeup_fd`` a pipe of its own while it waits (so that no signal waits for
         the next event), and hands what it read on to the fd set before."""
-        ev: Optional[Event[_Id]] = self._read(timeout, True, False, False)
+        ev: Optional[Event[_Id]] = self._read(timeout, True, False)
         return ev
 
-    def _read(self, timeout: Optional[float], count: bool, burst: bool, held: bool) -> Any:
-        """The one read of every reader: get_event's (``count``, not ``burst``, not ``held``),
-        get_events' and wait()'s, which call it holding the reader guard (``held``: they look
-        at the queue of kept events themselves, and are told of an event given to a waiter:
-        :data:`_ROUTED`); ``burst`` reads the rest of a burst, which ends
-        at the first EAGAIN or a fault (None; a burst's EAGAIN is no empty look); without
+    def _read(self, timeout: Optional[float], count: bool, held: bool,
+              out: Optional[List[Any]] = None, room: int = 0) -> Any:
+        """The one read of every reader: get_event's (``count``, not ``held``), get_events'
+        and wait()'s, which call it holding the reader guard (``held``: they look at the queue
+        of kept events themselves, and are told of an event given to a waiter:
+        :data:`_ROUTED`).  It returns the event read; or, given ``out``, reads the rest of a
+        burst into it (until it holds ``room`` events, or the first EAGAIN or a fault: then
+        None; a burst's EAGAIN is no empty look), one call for the whole burst.  Without
         ``count`` an event is acknowledged as it is read."""
         # A GET_EVENT on the non-blocking fd, and a wait while nothing is queued, until
         # ``timeout``; the event decoded, its id found and moved (the life module's rows), the
@@ -285,7 +287,7 @@ class Channel(Generic[_Id]):
                 try:
                     self._write(data)  # read each time (see __init__)
                 except BlockingIOError:
-                    if burst:
+                    if out is not None:
                         return None
                     self._drained = True
                     if timeout == 0:
@@ -296,13 +298,14 @@ class Channel(Generic[_Id]):
                         return None
                     continue
                 except OSError as e:
-                    if burst:
+                    if out is not None:
                         return None  # the next call reports it
                     raise self._read_fault(e) from None
                 uid, handle, number, status, raw, vid, mod = _UNPACK_EVENT(view)
                 cm_id = ids.get(uid)
                 waited = uid in waits
                 event: Any = None
+                mine = False  # the event is the caller's (not given to a wait, nor dropped)
                 if cm_id is not None:
                     # a waited event is not counted: its wait takes it, or it counts below; None:
                     # an event with effects, or a number the table does not know (_dispatch's)
@@ -310,19 +313,29 @@ class Channel(Generic[_Id]):
                     if ev is not None:
                         event = new_event((ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE, None, None))
                         if not waited:
-                            return event
-                        if not waits.route(uid, event):
+                            if out is None:
+                                return event  # the common case
+                            mine = True
+                        elif not waits.route(uid, event):
                             if count:
                                 cm_id._counted()
-                            return event
+                            mine = True
                 if event is None:
                     event = self._dispatch(uid, handle, number, status, raw, (vid, mod) if vid or mod else NO_ECE)
                     if event is not None:  # counted
                         if not (waited and waits.route(uid, event)):
                             if not count:
                                 event.ack()
-                            return event
-                        event.ack()
+                            mine = True
+                        else:
+                            event.ack()
+                if mine:
+                    if out is None:
+                        return event
+                    out.append(event)
+                    if len(out) >= room:
+                        return None
+                    continue  # the burst reads on
                 # given to the wait it answers: a caller that holds the guard (get_events, wait())
                 # is told (_ROUTED: it looks at its waits, and reads on or not); or dropped (its id
                 # destroyed meanwhile, or a group left).  Then the next, within the time left: a
@@ -330,6 +343,8 @@ class Channel(Generic[_Id]):
                 # of dropped events ends it); a close() from another thread ends it too (the fd
                 # stays open until this reader is out)
                 if held and event is not None:
+                    if out is not None:
+                        continue  # the burst reads on past the events it routes
                     return _ROUTED
                 if self.closed:
                     raise StateError("the event channel was closed (by another thread) while reading events")
@@ -369,18 +384,14 @@ class Channel(Generic[_Id]):
             read = self._read
             if not out:
                 deadline = _monotonic() + timeout if timeout else None
-                first = read(timeout, count, False, True)
+                first = read(timeout, count, True)
                 while first is _ROUTED:  # given to a waiter: the next, within the time left
-                    first = read(timeout if deadline is None else max(0.0, deadline - _monotonic()), count, False, True)
+                    first = read(timeout if deadline is None else max(0.0, deadline - _monotonic()), count, True)
                 if first is None:
                     return out
                 out.append(first)
-            while len(out) < max_events:
-                more = read(0, count, True, True)
-                if more is None:
-                    break  # drained (a burst's end, not an empty look)
-                if more is not _ROUTED:
-                    out.append(more)
+            if len(out) < max_events:
+                read(0, count, True, out, max_events)  # the rest of the burst, into out
             return out
         finally:
             self._let_go()
@@ -435,7 +446,7 @@ class Channel(Generic[_Id]):
             look = not self._wait_first  # a sync id's own channel: its event is rarely there yet
             while not waiter.done:
                 if look:
-                    ev = self._read(0, True, False, True)
+                    ev = self._read(0, True, True)
                     if ev is _ROUTED:  # given to a waiter (this one?): the loop looks
                         continue
                     if ev is not None:

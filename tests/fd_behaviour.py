@@ -235,7 +235,9 @@ def test_a_write_racing_with_close_never_reaches_a_file_that_reused_the_number(w
     outcome: list = []
     # DESTROY_ID of a handle no id has: the kernel refuses it, but it must reach the kernel
     data = wire.COMMAND["DESTROY_ID"].encode(0, 0x7FFFFFF0, 0)
-    t = threading.Thread(target=lambda: outcome.append(_attempt(ch._write, data)))
+    # the channel's write called where it is read (held in no variable: an exception's
+    # traceback would keep it, and with it the fd, alive)
+    t = threading.Thread(target=lambda: outcome.append(_attempt(lambda: ch._write(data))))
     t.start()
     r = w = -1
     try:
@@ -289,6 +291,47 @@ def test_close_releases_the_fd(world: World, monkeypatch):
             os.fstat(fd)  # released at close, not when the object dies
     assert sorted(os.listdir("/proc/self/fd")) == before
     assert all(c.closed for c in kept)
+
+
+def test_a_refusal_the_caller_keeps_does_not_keep_the_fd(world: World, monkeypatch):
+    """The device's fd is closed when the last holder of its write lets go: a refused
+    command's exception, kept by the caller with its traceback (the frames of the call, and
+    their variables), holds no such reference, so close() still releases the fd at once."""
+    import os
+
+    from pyrdmacm.errors import KernelError
+
+    from pyrdmacm.core import device as _device
+
+    world.open_node(monkeypatch)
+    armed = [False]
+    if world.device_path:  # a stand-in node takes every write: it refuses as the kernel would
+        real_write = os.write
+
+        def refuse(f: int, data: bytes) -> int:
+            if armed[0]:
+                raise OSError(world.no_route_errno, os.strerror(world.no_route_errno))
+            return real_write(f, data)
+
+        monkeypatch.setattr(_device, "_os_write", refuse)  # what the device's write is bound to
+    kept: List[BaseException] = []
+    ch = EventChannel()
+    fd = ch.fileno()
+    cm = CmId(ch)
+    armed[0] = True
+    try:
+        cm.resolve_addr(world.no_route, timeout_ms=500)  # refused in the write (no route)
+    except KernelError as e:
+        kept.append(e)
+    armed[0] = False
+    try:
+        cm.resolve_route(1000)  # refused by the state table, before any write
+    except StateError as e:
+        kept.append(e)
+    assert [type(e) for e in kept] == [KernelError, StateError] and kept[0].__traceback__ is not None
+    ch.close()
+    with pytest.raises(OSError):
+        os.fstat(fd)  # released at close, though the exceptions (and their frames) live on
 
 
 def test_close_while_a_thread_reads_releases_the_fds_as_the_reader_leaves(world: World, monkeypatch):

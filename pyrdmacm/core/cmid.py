@@ -176,9 +176,9 @@ class CmId(Life):
         # the grave while that reader holds the guard.  The waits for its events, and its
         # memberships', end (``Channel._ended``).
         reg = ch.registry
-        gone = reg.destroyed(self, not ch._reader_slot)  # its groups go with it
+        groups = reg.destroyed(self, not ch._reader_slot)  # its groups go with it
         if ch._waits or ch._queued:
-            ch._ended(gone, "destroyed")
+            ch._ended([self.uid, *groups], "destroyed")
         if self._unacked and not getattr(_batch, "quiet", False):  # destroy_ids warns once for all
             warnings.warn(unacked_warning([self], True), stacklevel=2)
         if ch._wait_first and not reg.ids:  # a sync id's channel is its own: closed with its last id

@@ -17,7 +17,9 @@ of the engine reads them.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, Dict, Generic, Iterable, List, Protocol, TypeVar
+from functools import partial
+from operator import setitem
+from typing import Any, Callable, Dict, Generic, Iterable, List, Protocol, Sequence, TypeVar
 
 from . import process as _process
 from ..errors import StateError, UsageError
@@ -74,7 +76,7 @@ class Registry(Generic[_I]):
         #: ids that left while a reader held the guard: its events read already still find them
         self.grave: Dict[int, _I] = {}
         #: ``add(uid, id)``: a new id (CREATE_ID's registration; a C call, on every create's path)
-        self.add: Callable[[int, _I], None] = self.ids.__setitem__
+        self.add: Callable[[int, _I], None] = partial(setitem, self.ids)  # cheaper than a method-wrapper
 
     # -- connection requests
     def hand_out(self, cm_id: _I) -> None:
@@ -137,19 +139,22 @@ class Registry(Generic[_I]):
             self.mcs.pop(m.uid, None)
 
     # -- death
-    def destroyed(self, cm_id: _I, reader_holds: bool) -> List[int]:
+    def destroyed(self, cm_id: _I, reader_holds: bool) -> Sequence[int]:
         """DESTROY_ID returned: the id leaves (into the grave while a reader holds the guard),
-        and its memberships with it.  The uids whose waits end."""
+        and its memberships with it.  The uids of those memberships (whose waits end with the
+        id's): none, nearly always, and then nothing is made."""
         uid = cm_id.uid
         if not uid:  # a request not answered yet: on no registry but unanswered
             self.unanswered.discard(cm_id)
         elif reader_holds:
             self.grave[uid] = cm_id
         self.ids.pop(uid, None)
-        groups = cm_id._group_uids() if self.mcs else []
+        if not self.mcs:
+            return ()
+        groups = cm_id._group_uids()
         for m in groups:
             self.mcs.pop(m, None)
-        return [uid, *groups] if groups else [uid]
+        return groups
 
     def bury(self) -> None:
         """The reader let go: ids that left meanwhile can have no event read any more."""

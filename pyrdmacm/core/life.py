@@ -160,9 +160,10 @@ class Life:
         if ch._live != _process.PID:
             self._ready(call)  # raises, saying why
         old = self._state
-        new = self._rules.calls[call].get(old)
-        if new is None:
-            raise StateError("%s (uid %d)" % (refusal(self._rules.kind, old, call), getattr(self, "uid", 0)))
+        try:
+            new = self._rules.calls[call][old]
+        except KeyError:  # illegal here
+            raise StateError("%s (uid %d)" % (refusal(self._rules.kind, old, call), getattr(self, "uid", 0))) from None
         self._state = new
         self._cache = None
         try:

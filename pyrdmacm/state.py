@@ -290,11 +290,15 @@ def events_after() -> Dict[int, Dict[State, Tuple[E, State]]]:
 #: DREQs cross, each IB CM waits in DREQ_RCVD for a DREP, and the event cannot say whether
 #: a DREQ or a DREP caused it (cma.c: cma_ib_handler makes DISCONNECTED of both), while a
 #: DISCONNECT with nothing to answer does nothing (rdma_disconnect).  :attr:`Rules.events`
-#: leaves these out.
+#: leaves out the one whose effect is the event (:data:`NO_ROW`); DISCONNECTED has its row,
+#: and the channel's reader answers it once the id has moved.
 EVENTS_WITH_EFFECTS: Mapping[E, FrozenSet[State]] = {
     E.CONNECT_REQUEST: frozenset(State),
     E.DISCONNECTED: frozenset(State),
 }
+#: The events :attr:`Rules.events` has no row for, in these states: CONNECT_REQUEST makes a
+#: new id, whose event it is (the channel makes it)
+NO_ROW: Mapping[E, FrozenSet[State]] = {E.CONNECT_REQUEST: EVENTS_WITH_EFFECTS[E.CONNECT_REQUEST]}
 
 
 class Rules:
@@ -304,8 +308,8 @@ class Rules:
     ``calls[call][state]`` is where ``call`` leads (a state missing: illegal there);
     ``events[number][state]`` is ``(event type, state after)`` for the event the kernel
     numbers so, every state included (an event with no row leaves the state alone), or
-    None for :data:`EVENTS_WITH_EFFECTS`: those, and numbers unknown here (no row), are
-    for :func:`after_event` and the channel.  Both are
+    None for :data:`NO_ROW`: those, and numbers unknown here (no row), are for
+    :func:`after_event` and the channel.  Both are
     :data:`TRANSITIONS`, re-keyed: one lookup per call or event, no key to build."""
 
     __slots__ = ("ps", "qp_type", "kind", "calls", "events")
@@ -320,7 +324,7 @@ class Rules:
         if qp_type == QpType.UC:  # the ACK timeout is an RC QP's: the kernel refuses it for UC (EINVAL)
             self.calls[Call.SET_ACK_TIMEOUT] = {}
         self.events: Dict[int, Dict[State, Optional[Tuple[E, State]]]] = {
-            int(ev): {st: None if st in EVENTS_WITH_EFFECTS.get(ev, ()) else (ev, after_event(kind, st, ev))
+            int(ev): {st: None if st in NO_ROW.get(ev, ()) else (ev, after_event(kind, st, ev))
                       for st in State}
             for ev in E
         }

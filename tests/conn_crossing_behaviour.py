@@ -17,6 +17,7 @@ from pyrdmacm import CmId, EventChannel, State, wire
 from pyrdmacm.abi import CmEventType as E
 from pyrdmacm.abi import RejectReason
 from pyrdmacm.errors import StateError
+from pyrdmacm.core.life import Life
 
 from conn_behaviour import Link, handshake, requested, routed, serve, wait
 
@@ -188,7 +189,7 @@ def _held_dispatch(ch: EventChannel, event: E) -> tuple:
     """Make ``ch``'s reader stop after it read an ``event`` (between GET_EVENT and handing the
     event out), until released: (read: set when it stopped there, go: release it)."""
     read, go = threading.Event(), threading.Event()
-    real = ch._dispatch  # where a request, and the peer's DISCONNECTED, are handed out
+    real = ch._dispatch  # where a request is handed out
 
     def held(uid: int, handle: int, number: int, *args: Any) -> Any:
         if number == event and not read.is_set():
@@ -290,7 +291,16 @@ def test_a_dreq_read_before_a_migration_is_answered_on_the_new_channel(link: Lin
     side's (it used to be written on the old fd, refused, and dropped)."""
     with link.server() as sc, link.client() as cc, link.server() as moved:
         lst, req, c = handshake(sc, cc, link)
-        read, go = _held_dispatch(sc, E.DISCONNECTED)
+        read, go = threading.Event(), threading.Event()
+        real = Life._answer_dreq  # the reader's answer to DISCONNECTED, once the id has moved
+
+        def held(cm_id: Any) -> None:
+            if cm_id is req and not read.is_set():
+                read.set()  # read and moved, not answered yet
+                assert go.wait(20)
+            real(cm_id)
+
+        Life._answer_dreq = held  # type: ignore[method-assign]
         got: List[Any] = []
         reader = threading.Thread(target=lambda: got.append(sc.get_event(20)))
         reader.start()
@@ -301,6 +311,7 @@ def test_a_dreq_read_before_a_migration_is_answered_on_the_new_channel(link: Lin
         finally:
             go.set()
             reader.join(20)
+            Life._answer_dreq = real  # type: ignore[method-assign]
         _the_drep_went_out(got, req, cc, moved, link)
         for cm in (c, req, lst):
             cm.destroy()

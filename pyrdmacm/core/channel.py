@@ -311,6 +311,8 @@ class Channel(Generic[_Id]):
                     # an event with effects, or a number the table does not know (_dispatch's)
                     ev = cm_id._on_event(number, count and not waited)
                     if ev is not None:
+                        if ev is _DISCONNECTED and self.answer_disconnect and cm_id._state is not _DESTROYED:
+                            cm_id._answer_dreq()  # the peer's DREQ, maybe: the DREP (state.EVENTS_WITH_EFFECTS)
                         event = new_event((ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE, None, None))
                         if not waited:
                             if out is None:
@@ -539,8 +541,7 @@ class Channel(Generic[_Id]):
     def _dispatch(self, uid: int, handle: int, number: int, status: int, raw: bytes,
                   ece: Tuple[int, int]) -> Optional[Event[_Id]]:
         """The event of ``uid`` the read's own row did not take, counted as not acknowledged:
-        one that does more than move its id (a connection request, the peer's DREQ), a
-        membership's, one of an unknown type, or one of an id destroyed while this reader
+        one that does more than move its id (a connection request), a membership's, one of an unknown type, or one of an id destroyed while this reader
         held it (the kernel counted it in events_reported: it is still the caller's).  None:
         dropped (a group left meanwhile)."""
         reg = self.registry
@@ -562,9 +563,7 @@ class Channel(Generic[_Id]):
             reg.hand_out(new)
             request: Event[_Id] = new._requested(new_event((ev, status, new, handle, raw, ece, cm_id, None)))
             return request
-        cm_id._on_event_with_effects(ev)
-        if ev is _DISCONNECTED and self.answer_disconnect and cm_id._state is not _DESTROYED:
-            cm_id._answer_dreq()
+        cm_id._on_event_with_effects(ev)  # (a destroyed id's DISCONNECTED is answered by nobody)
         return new_event((ev, status, cm_id, handle, raw, ece, None, membership))
 
     def _private(self) -> "Channel[_Id]":

@@ -109,18 +109,17 @@ class CmId(Life):
         qp_type: Optional[int] = None,
         context: Any = None,
     ) -> None:
-        # Only what every id needs is set here; the rest (sync, context, the kept answers, the
-        # destination ...) reads as unset until used.  The port space, QP type and kind are
-        # the id's Rules (shared).
+        # Only what every id needs is set at birth (Life._create); the rest (the kept answers,
+        # the destination ...) reads as unset until used.  The port space, QP type and kind
+        # are the id's Rules (shared).
         rules = _TCP_RC if ps is _PS_TCP and qp_type is None else rules_for(*port_space(ps, qp_type))
+        sync = channel is None
         if channel.__class__ is not _SEEN_CHANNEL:
             channel = self._own_channel(channel)
         assert channel is not None  # for the type checker: _own_channel returns one
         if channel._live != _process.PID:
             channel._check()
-        if context is not None:
-            self._context = context
-        self._create(channel, rules)
+        self._create(channel, rules, context, sync)
 
     def _own_channel(self, channel: "Optional[Channel[CmId]]") -> "Channel[CmId]":
         """The channel of an id made with ``channel`` of another class than the last one: a
@@ -128,7 +127,6 @@ class CmId(Life):
         global _SEEN_CHANNEL
         if channel is None:
             channel = Channel()
-            self._sync = True
             channel._wait_first = True
         elif isinstance(channel, Channel):
             _SEEN_CHANNEL = channel.__class__
@@ -211,12 +209,12 @@ class CmId(Life):
     @property
     def sync(self) -> bool:
         """True for an id made with ``CmId(None)``: a private channel, and blocking calls."""
-        return getattr(self, "_sync", False)
+        return self._sync
 
     @property
     def context(self) -> Any:
         """Anything the caller wants to keep with the id (``rdma_cm_id.context``)."""
-        return getattr(self, "_context", None)
+        return self._context
 
     @context.setter
     def context(self, value: Any) -> None:
@@ -682,7 +680,7 @@ class CmId(Life):
         # an event the old channel's reader holds still finds the id (its grave)
         old.registry.moved(self, mcs, channel.registry, not old._reader_slot)
         self.channel = channel
-        self._moves = getattr(self, "_moves", 0) + 1  # after the channel: see Life._answer_dreq
+        self._moves += 1  # after the channel: see Life._answer_dreq
         old._ended([self.uid] + [m.uid for m in mcs], "migrated")
         # the old channel's reader answered a DISCONNECTED of this id while MIGRATE_ID moved it,
         # and the kernel refused that DREP on the old fd: send it here (Life._answer_dreq)

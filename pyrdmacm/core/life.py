@@ -67,13 +67,16 @@ class Life:
     _unacked: int
     #: the id's kept query answers (made on its first question), until it moves
     _cache: Optional[Answers]
-    #: the destination given to resolve_addr (unset before it)
-    _dst: Address
-    # Unset on most ids (read through getattr, or AttributeError caught):
     #: True for an id of ``CmId(None)``: a channel of its own, blocking calls
     _sync: bool
     #: the caller's ``context``
     _context: Any
+    #: how many times migrate() moved the id
+    _moves: int
+    # Unset on most ids (read through getattr, or AttributeError caught: a miss costs about
+    # 3,000 instructions, so nothing read on every id's or connection's path is here):
+    #: the destination given to resolve_addr (unset before it)
+    _dst: Address
     #: the QP number connect() or accept() sent
     _qpn: int
     #: the CONNECT_REQUEST event that made this id (an :class:`~pyrdmacm.core.events.Event`,
@@ -83,10 +86,8 @@ class Life:
     _mcs: Dict[int, Membership]
     #: a DREP the old channel's reader could not send during migrate() (see :meth:`_answer_dreq`)
     _drep: List[bool]
-    #: how many times migrate() moved the id
-    _moves: int
 
-    def _create(self: _L, channel: Any, rules: Rules) -> _L:
+    def _create(self: _L, channel: Any, rules: Rules, context: Any = None, sync: bool = False) -> _L:
         """Birth: CREATE_ID for this new id (checked, not yet created) on a live ``channel``,
         of the port space and QP type of ``rules``; the id is IDLE, and registered (uid ->
         id) once the kernel made it.  The one place that writes CREATE_ID (``CmId()``,
@@ -96,6 +97,9 @@ class Life:
         self._state = _IDLE
         self._unacked = 0
         self._cache = None
+        self._context = context
+        self._sync = sync
+        self._moves = 0
         pool = channel._create_replies
         try:
             reply = pool.pop()
@@ -208,8 +212,8 @@ class Life:
         """An event of the kernel's ``number`` for this id, one of the table's plain rows: the id
         moves, its answers go, the event counts as not acknowledged (unless not ``count``:
         read and acknowledged at once); its type is returned.  None (nothing changed) for an
-        event with effects (:data:`~pyrdmacm.state.EVENTS_WITH_EFFECTS`) or of a number the
-        table does not know, as the table says: :meth:`_on_event_with_effects` takes those."""
+        event the table has no row for (:data:`~pyrdmacm.state.NO_ROW`: a connection request)
+        or of a number it does not know: :meth:`_on_event_with_effects` takes those."""
         try:
             move = self._rules.events[number][self._state]
         except KeyError:  # a number the table does not know (a newer kernel's event): as the channel says
@@ -258,11 +262,9 @@ class Life:
         obj._state = State.REQUEST
         obj._unacked = 0
         obj._cache = None
-        context = getattr(self, "_context", None)
-        if context is not None:
-            obj._context = context
-        if getattr(self, "_sync", False):
-            obj._sync = True
+        obj._context = self._context
+        obj._sync = self._sync
+        obj._moves = 0
         return obj
 
     def _requested(self, event: _E) -> _E:
@@ -281,14 +283,14 @@ class Life:
         id moved is told by its count of moves, not by its channel: two migrations (away and
         back) around the refused write leave the channel as it was."""
         data = _DISCONNECT(self.handle)
-        moves = getattr(self, "_moves", 0)
+        moves = self._moves
         try:
             self.channel._write(data)
             return
         except OSError:
-            if getattr(self, "_moves", 0) == moves:  # not moved since: gone, or MIGRATE_ID in flight
+            if self._moves == moves:  # not moved since: gone, or MIGRATE_ID in flight
                 pending = self._drep = [True]
-                if getattr(self, "_moves", 0) == moves:
+                if self._moves == moves:
                     return  # a migrate() in flight finds it (see CmId.migrate)
                 try:
                     pending.pop()

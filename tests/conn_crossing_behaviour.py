@@ -7,6 +7,7 @@ migration.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Any, Callable, List
@@ -284,23 +285,37 @@ def _the_drep_went_out(got: List[Any], req: CmId, cc: EventChannel, now_on: Even
     wait(now_on, E.TIMEWAIT_EXIT, link.timewait)
 
 
-def test_a_dreq_read_before_a_migration_is_answered_on_the_new_channel(link: Link):
+@pytest.mark.parametrize("window", ["read", "answer"])
+def test_a_dreq_read_before_a_migration_is_answered_on_the_new_channel(link: Link, window: str):
     """The server's reader has read the peer's DISCONNECTED (its DREQ) when another thread
     migrates the id to another channel: the DREP goes out on the id's new fd, so the peer's
     disconnect completes (DISCONNECTED with status 0, then TIMEWAIT_EXIT) and so does this
-    side's (it used to be written on the old fd, refused, and dropped)."""
+    side's (it used to be written on the old fd, refused, and dropped).  The migration lands
+    right after the GET_EVENT (``read``: the reader finds the id in the old channel's grave,
+    not among its ids) or once the id has moved, before the answer (``answer``)."""
     with link.server() as sc, link.client() as cc, link.server() as moved:
         lst, req, c = handshake(sc, cc, link)
         read, go = threading.Event(), threading.Event()
         real = Life._answer_dreq  # the reader's answer to DISCONNECTED, once the id has moved
+        real_write, get_event, reply = sc._write, sc._b_get_event, sc._r_event.view
 
         def held(cm_id: Any) -> None:
-            if cm_id is req and not read.is_set():
+            if window == "answer" and cm_id is req and not read.is_set():
                 read.set()  # read and moved, not answered yet
                 assert go.wait(20)
             real(cm_id)
 
+        def held_read(data: bytes) -> int:
+            n = real_write(data)
+            if data == get_event and int.from_bytes(reply[12:16], sys.byteorder) == E.DISCONNECTED \
+                    and not read.is_set():
+                read.set()  # read, its id not looked up yet
+                assert go.wait(20)
+            return n
+
         Life._answer_dreq = held  # type: ignore[method-assign]
+        if window == "read":
+            sc._write = held_read  # type: ignore[method-assign]
         got: List[Any] = []
         reader = threading.Thread(target=lambda: got.append(sc.get_event(20)))
         reader.start()
@@ -312,6 +327,7 @@ def test_a_dreq_read_before_a_migration_is_answered_on_the_new_channel(link: Lin
             go.set()
             reader.join(20)
             Life._answer_dreq = real  # type: ignore[method-assign]
+            sc._write = real_write  # type: ignore[method-assign]
         _the_drep_went_out(got, req, cc, moved, link)
         for cm in (c, req, lst):
             cm.destroy()

@@ -311,8 +311,8 @@ class Channel(Generic[_Id]):
                     # an event with effects, or a number the table does not know (_dispatch's)
                     ev = cm_id._on_event(number, count and not waited)
                     if ev is not None:
-                        if ev is _DISCONNECTED and self.answer_disconnect and cm_id._state is not _DESTROYED:
-                            cm_id._answer_dreq()  # the peer's DREQ, maybe: the DREP (state.EVENTS_WITH_EFFECTS)
+                        if ev is _DISCONNECTED:
+                            self._answer(cm_id)
                         event = new_event((ev, status, cm_id, handle, raw, (vid, mod) if vid or mod else NO_ECE, None, None))
                         if not waited:
                             if out is None:
@@ -541,9 +541,11 @@ class Channel(Generic[_Id]):
     def _dispatch(self, uid: int, handle: int, number: int, status: int, raw: bytes,
                   ece: Tuple[int, int]) -> Optional[Event[_Id]]:
         """The event of ``uid`` the read's own row did not take, counted as not acknowledged:
-        one that does more than move its id (a connection request), a membership's, one of an unknown type, or one of an id destroyed while this reader
-        held it (the kernel counted it in events_reported: it is still the caller's).  None:
-        dropped (a group left meanwhile)."""
+        one that does more than move its id (a connection request), a membership's, one of
+        an unknown type, or one of an id destroyed or migrated away while this reader held
+        it (the registry's grave: the kernel counted it in events_reported, it is still the
+        caller's, and a migrated id's DISCONNECTED is still answered).  None: dropped (a
+        group left meanwhile)."""
         reg = self.registry
         cm_id = reg.ids.get(uid)
         ev = _TYPES.get(number, number)
@@ -563,8 +565,16 @@ class Channel(Generic[_Id]):
             reg.hand_out(new)
             request: Event[_Id] = new._requested(new_event((ev, status, new, handle, raw, ece, cm_id, None)))
             return request
-        cm_id._on_event_with_effects(ev)  # (a destroyed id's DISCONNECTED is answered by nobody)
+        cm_id._on_event_with_effects(ev)
+        if ev is _DISCONNECTED:  # an id that migrated away while this reader held the event
+            self._answer(cm_id)
         return new_event((ev, status, cm_id, handle, raw, ece, None, membership))
+
+    def _answer(self, cm_id: _Id) -> None:
+        """DISCONNECTED came for ``cm_id`` (moved already): maybe the peer's DREQ, which the DREP
+        answers (``Life._answer_dreq``), unless the id is destroyed or ``answer_disconnect`` off."""
+        if self.answer_disconnect and cm_id._state is not _DESTROYED:
+            cm_id._answer_dreq()
 
     def _private(self) -> "Channel[_Id]":
         """A new channel on the same device, for one sync id (librdmacm's private channel)."""

@@ -308,7 +308,7 @@ class Channel(Generic[_Id]):
                 mine = False  # the event is the caller's (not given to a wait, nor dropped)
                 if cm_id is not None:
                     # a waited event is not counted: its wait takes it, or it counts below; None:
-                    # an event with effects, or a number the table does not know (_dispatch's)
+                    # a connection request (no row), or a number the table does not know (_dispatch's)
                     ev = cm_id._on_event(number, count and not waited)
                     if ev is not None:
                         if ev is _DISCONNECTED:

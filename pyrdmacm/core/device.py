@@ -52,7 +52,7 @@ import stat
 import weakref
 from array import array
 from functools import partial
-from typing import Any, Callable, List, Optional, Protocol, Tuple
+from typing import Any, Callable, Optional, Protocol, Tuple
 
 from ..abi import chardev as _chardev
 from ..errors import DeviceNodeError, StateError, UsageError
@@ -222,7 +222,7 @@ def _release(fd: int, ident: Tuple[int, int, int]) -> None:
         st = os.fstat(fd)
         if (st.st_dev, st.st_ino, st.st_rdev) == ident:
             os.close(fd)
-    except OSError:
+    except OSError:  # EBADF: someone os.close()d it already; it is closed either way
         pass
 
 

@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
 else:
     _Id = TypeVar("_Id")
 
-__all__ = ["Event", "EVENT_FIELDS", "new_event", "ConnParam", "UdParam", "decode_event_head", "EVENT_RESP_SIZE", "REJECT_HINTS", "SIDR_HINTS"]
+__all__ = ["Event", "ConnParam", "UdParam", "decode_event_head", "EVENT_RESP_SIZE", "REJECT_HINTS", "SIDR_HINTS"]
 
 _EVENT = CODECS["rdma_ucm_event_resp"]
 EVENT_RESP_SIZE = _EVENT.size
@@ -126,14 +126,12 @@ _FIELD_DOCS = {
     "listen_id": "CONNECT_REQUEST: the listener the request came to.",
     "membership": "MULTICAST_JOIN / MULTICAST_ERROR: the membership (join_multicast's answer) it is for.",
 }
-EVENT_FIELDS = tuple(_FIELD_DOCS)
-
 if TYPE_CHECKING:  # pragma: no cover
     _Fields = Tuple[Any, ...]  # the checker sees the fields as the typed properties below
 else:
     #: the tuple an event is: each field a C-level getter (an event's fields are read on
     #: every event's path, and the channel makes one per event read without a Python frame)
-    _Fields = namedtuple("Event", EVENT_FIELDS, defaults=((0, 0), None, None), module=__name__)
+    _Fields = namedtuple("Event", tuple(_FIELD_DOCS), defaults=((0, 0), None, None), module=__name__)
     for _name, _doc in _FIELD_DOCS.items():
         getattr(_Fields, _name).__doc__ = _doc
     del _name, _doc

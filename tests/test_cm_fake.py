@@ -88,6 +88,29 @@ def test_event_for_an_id_the_channel_does_not_know_is_dropped():
         assert ev is not None and ev.id is cm
 
 
+def test_an_event_is_a_named_tuple_of_its_eight_fields():
+    """What the channel hands out is an Event that is a named tuple: it unpacks, indexes and
+    compares as the tuple of its eight fields (an Event made by its constructor from the same
+    fields equals it), its fields are read-only, and its param is decoded once."""
+    from pyrdmacm.abi import CmEventType as E
+    from pyrdmacm import CmId, Event, EventChannel
+
+    with EventChannel(FakeKernel(FakeNet())) as ch:
+        cm = CmId(ch)
+        cm.resolve_addr("10.0.0.1", timeout_ms=1000)
+        ev = ch.get_event(5)
+        assert isinstance(ev, tuple) and Event._fields == (
+            "event", "status", "id", "handle", "raw_param", "ece", "listen_id", "membership")
+        event, status, id_, handle, raw, ece, listen_id, membership = ev
+        assert (event, status, id_, handle, ece, listen_id, membership) == (
+            E.ADDR_RESOLVED, 0, cm, cm.handle, (0, 0), None, None) and len(raw) == 304
+        assert ev[0] is ev.event and ev == Event(*ev) and hash(ev) == hash(Event(*ev))
+        with pytest.raises(AttributeError):
+            ev.status = 1  # type: ignore[misc]
+        assert ev.param is ev.param  # decoded on first use, kept
+        ev.ack()
+
+
 @pytest.mark.parametrize("read", ["get_event", "get_events"])
 def test_events_outside_the_transition_table_are_delivered_as_they_come(read):
     """get_event's fast path handles the events of TRANSITIONS; an event with no transition

@@ -37,7 +37,7 @@ _EXPORTS: Dict[str, Tuple[str, ...]] = {
     "core.router": ("Waiter",),
     "errors": ("DecodeError", "DeviceNodeError", "EventError", "KernelError", "PrecheckError", "RdmaCmError",
                "StateError", "UsageError"),
-    "core.events": ("Event",),
+    "core.events": ("Event", "EventBatch"),
     "records": ("AddrInfo", "AhAttr", "ConnParam", "DeviceRef", "PathRecord", "QpAttr", "ServiceRecord", "UdParam"),
     "state": ("Call", "Kind", "State"),
 }
@@ -76,7 +76,7 @@ if TYPE_CHECKING:  # what type checkers see ("X as X": an explicit re-export, wh
         StateError as StateError,
         UsageError as UsageError,
     )
-    from .core.events import Event as Event
+    from .core.events import Event as Event, EventBatch as EventBatch
     from .records import (
         AddrInfo as AddrInfo,
         AhAttr as AhAttr,

@@ -29,14 +29,15 @@ def suite_tests(*modules: ModuleType) -> set:
 
 
 def core() -> tuple:
-    """The core's behavioural suite, by job: ids and addresses, faults and waits, the fd and
-    its threads, asyncio."""
+    """The core's behavioural suite, by job: ids and addresses, events read many at a time,
+    faults and waits, the fd and its threads, asyncio."""
     import aio_behaviour
+    import batch_behaviour
     import cm_behaviour
     import fault_behaviour
     import fd_behaviour
 
-    return cm_behaviour, fault_behaviour, fd_behaviour, aio_behaviour
+    return cm_behaviour, batch_behaviour, fault_behaviour, fd_behaviour, aio_behaviour
 
 
 def connections() -> tuple:

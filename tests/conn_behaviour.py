@@ -141,6 +141,52 @@ def test_rc_handshake_private_data_both_ways_and_teardown(link: Link):
             cm.destroy()
 
 
+def batch_of(ch: EventChannel, n: int, timeout: float = 10.0) -> list:
+    """``n`` entries (id, type, status) of get_batch, read until they came; no ``last``."""
+    got: list = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        b = ch.get_batch(64, 0.5)
+        assert b.last is None, "a batch ended by %r" % (b.last,)
+        got += zip(b.ids, b.events, b.statuses)
+    assert len(got) == n, "%d of %d entries within %ss: %r" % (len(got), n, timeout, got)
+    return got
+
+
+def test_a_batch_reads_a_request_as_its_last_and_answers_a_dreq(link: Link):
+    """get_batch on both ends of a connection: the request (a new id, its listener, the
+    peer's data) ends a batch as a whole Event; DISCONNECTED and TIMEWAIT_EXIT are plain
+    entries (ucma passes no DREQ or DREP data: their parameter is empty) and the batch that
+    reads a DISCONNECTED answers the peer's DREQ, as get_event's read does: the peer's
+    disconnect completes at once."""
+    with link.server() as sc, link.client() as cc:
+        lst, dst = serve(sc, link)
+        c = routed(cc, dst)
+        c.connect(private_data=b"batch")
+        batch = sc.get_batch(64, 10)
+        req = batch.last
+        assert batch.ids == [] and req is not None and req.event is E.CONNECT_REQUEST and req.listen_id is lst
+        assert req.private_data.startswith(b"batch") and req.id.unacked == 1
+        req.ack()
+        s = req.id
+        s.accept()
+        wait(cc, E.CONNECT_RESPONSE)
+        c.establish()
+        batch = sc.get_batch(64, 10)
+        assert batch.ids == [] and batch.last is not None and batch.last.event is E.ESTABLISHED
+        batch.last.ack()
+        c.disconnect()
+        assert batch_of(sc, 1) == [(s, E.DISCONNECTED, 0)] and s.state is State.DISCONNECTED and s.unacked == 0
+        started = time.monotonic()
+        got = batch_of(cc, 1, 5)  # the DREP of the batch's answer, not the DREQ's time-out
+        assert got == [(c, E.DISCONNECTED, 0)] and time.monotonic() - started < 3
+        assert batch_of(cc, 1, link.timewait) == [(c, E.TIMEWAIT_EXIT, 0)]
+        assert batch_of(sc, 1, link.timewait) == [(s, E.TIMEWAIT_EXIT, 0)]
+        assert c.unacked == s.unacked == 0
+        for cm in (c, s, lst):
+            cm.destroy()
+
+
 def test_reject_carries_data_and_the_reason(link: Link):
     with link.server() as sc, link.client() as cc:
         lst, c, req = requested(sc, cc, link)

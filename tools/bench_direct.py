@@ -169,6 +169,113 @@ def direct_bare(n, dst):
     return t
 
 
+BATCH_PHASES = ("create", "setup", "resolve_addr", "addr_events", "resolve_route", "route_events", "destroy")
+
+
+def event_source(view, heads, code):
+    """A write that puts the next of ``heads`` (uid, handle) into the reply ``view`` as event
+    ``code`` for each GET_EVENT (no system call), and once they ran out says what an empty
+    queue says (EAGAIN): what the batch runs read their events from, floor and library alike
+    (a burst's GET_EVENTs follow each other with no caller between them)."""
+    it = iter(heads)
+    put = _HEAD.pack_into
+
+    def write(data):
+        for uid, handle in it:
+            put(view, 0, uid, handle, code, 0)
+            return 0
+        raise BlockingIOError
+
+    return write
+
+
+def direct_batch_pyrdmacm(n, dst):
+    """The calls for many ids: create_ids, resolve_addr and resolve_route for each id,
+    get_batch, destroy_ids."""
+    from pyrdmacm import EventChannel
+    from pyrdmacm.abi import CmEventType as E
+
+    ch = EventChannel(NullDevice())
+    get_batch = getattr(ch, "get_batch", None)
+    if get_batch is None or not hasattr(ch, "_write"):
+        raise SystemExit("bench_direct: this revision has no get_batch, or its channel no _write to read "
+                         "events through: the batch run measures this tree's")
+    t = [time.perf_counter()]
+    ids = ch.create_ids(n)
+    t.append(time.perf_counter())
+    heads = [(i.uid, i.handle) for i in ids]
+    view, device_write = ch._r_event.view, ch._write
+    t.append(time.perf_counter())  # the end of setup (not counted)
+    for i in ids:
+        i.resolve_addr(dst, timeout_ms=2000)
+    t.append(time.perf_counter())
+    for want in (E.ADDR_RESOLVED, E.ROUTE_RESOLVED):
+        ch._write = event_source(view, heads, int(want))  # the event phase's GET_EVENTs
+        got = bad = 0
+        while got < n:
+            b = get_batch(64, 0)
+            if not b.events:
+                break  # the source ran out: fewer than n came
+            got += len(b.events)
+            bad += len(b.events) - b.events.count(want) + any(b.statuses)  # C-level checks, as the floor's compare
+        if bad or got != n:
+            raise SystemExit("bench_direct: the batch read %d events, %d of them wrong" % (got, bad))
+        ch._write = device_write
+        t.append(time.perf_counter())
+        if want is E.ADDR_RESOLVED:
+            for i in ids:
+                i.resolve_route(2000)
+            t.append(time.perf_counter())
+    ch.destroy_ids(ids)
+    t.append(time.perf_counter())
+    ch.close()
+    return t
+
+
+def direct_batch_bare(n, dst):
+    """The floor of the batch runs: direct_bare's commands, its events read from the same
+    event source the library's batch reads."""
+    from pyrdmacm.abi import CmEventType as E
+
+    k = floor_kit(dst)
+    h_create, h_destroy, h_resolve_addr, h_resolve_route = k.h_create, k.h_destroy, k.h_resolve_addr, k.h_resolve_route
+    create, destroy, resolve, route, head, u32 = k.create, k.destroy, k.resolve, k.route, k.head, k.u32
+    storage, size, view, addr, get_event = k.storage, k.size, k.view, k.addr, k.get_event
+    write = os.write
+    dev = NullDevice()
+    fd = dev.fd
+    bad = 0
+    t = [time.perf_counter()]
+    handles = []
+    for uid in range(1, n + 1):
+        write(fd, h_create + create.pack(uid, addr, 0x106, 2, b""))
+        handles.append(u32.unpack_from(view)[0])
+    t.append(time.perf_counter())
+    heads = list(zip(range(1, n + 1), handles))
+    t.append(time.perf_counter())  # the end of setup (not counted)
+    for h in handles:
+        write(fd, h_resolve_addr + resolve.pack(h, 2000, 0, size, 0, b"", storage))
+    t.append(time.perf_counter())
+    for code in (int(E.ADDR_RESOLVED), int(E.ROUTE_RESOLVED)):
+        source = event_source(view, heads, code)
+        for _ in range(n):
+            source(get_event)
+            if head.unpack_from(view)[2:] != (code, 0):
+                bad += 1
+        t.append(time.perf_counter())
+        if code == int(E.ADDR_RESOLVED):
+            for h in handles:
+                write(fd, h_resolve_route + route.pack(h, 2000))
+            t.append(time.perf_counter())
+    for h in handles:
+        write(fd, h_destroy + destroy.pack(addr, h, 0))
+    t.append(time.perf_counter())
+    dev.close()
+    if bad:
+        raise SystemExit("bench_direct: the floor read %d wrong events" % bad)
+    return t
+
+
 CONN_PHASES = ("create", "resolve_addr", "addr_events", "resolve_route", "route_events", "connect",
                "response_events", "establish", "disconnect", "disconnected_events", "destroy")
 _CONN_EVENTS = ("ADDR_RESOLVED", "ROUTE_RESOLVED", "CONNECT_RESPONSE", "DISCONNECTED")

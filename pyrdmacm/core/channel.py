@@ -46,7 +46,7 @@ from .poll import ReadWait, timeout_seconds
 from .router import Router, Waiter
 from .registry import ChannelId, Registry
 from ..errors import KernelError, StateError, UsageError
-from .events import _TYPES, _UNPACK_EVENT, EVENT_RESP_SIZE, Event, new_event
+from .events import _TYPES, _UNPACK_EVENT, _UNPACK_HEAD, EVENT_RESP_SIZE, PLAIN_EVENTS, Event, new_event
 from ..state import State
 
 
@@ -246,14 +246,18 @@ class Channel(Generic[_Id]):
         return ev
 
     def _read(self, timeout: Optional[float], count: bool, held: bool,
-              out: Optional[List[Any]] = None, room: int = 0) -> Any:
-        """The one read of every reader: get_event's (``count``, not ``held``), get_events'
-        and wait()'s, which call it holding the reader guard (``held``: they look at the queue
-        of kept events themselves, and are told of an event given to a waiter:
+              out: Optional[List[Any]] = None, room: int = 0, batch: Optional[Tuple[List[Any], ...]] = None) -> Any:
+        """The one read of every reader: get_event's (``count``, not ``held``), get_events',
+        get_batch's and wait()'s, which call it holding the reader guard (``held``: they look
+        at the queue of kept events themselves, and are told of an event given to a waiter:
         :data:`_ROUTED`).  It returns the event read; or, given ``out``, reads the rest of a
         burst into it (until it holds ``room`` events, or the first EAGAIN or a fault: then
         None; a burst's EAGAIN is no empty look), one call for the whole burst.  Without
-        ``count`` an event is acknowledged as it is read."""
+        ``count`` an event is acknowledged as it is read.  Given ``batch`` (an
+        :class:`~pyrdmacm.core.events.EventBatch`'s three lists), the plain events of the
+        ids (:data:`~pyrdmacm.core.events.PLAIN_EVENTS`) are entered there, acknowledged, no
+        object made, until they are ``room`` or the burst ends (None), or another event,
+        which is returned (``_ROUTED`` is not: the read goes on)."""
         # A GET_EVENT on the non-blocking fd, and a wait while nothing is queued, until
         # ``timeout``; the event decoded, its id found and moved (the life module's rows), the
         # event made, and given to the wait it answers, if any (then the next is read, within
@@ -283,11 +287,14 @@ class Channel(Generic[_Id]):
             view = self._event_view
             ids = self.registry.ids
             waits = self._waits
+            if batch is not None:
+                entered = batch[0]
+                add_id, add_type, add_status = entered.append, batch[1].append, batch[2].append
             while True:
                 try:
                     self._write(data)  # read each time (see __init__)
                 except BlockingIOError:
-                    if out is not None:
+                    if out is not None or (batch is not None and entered):
                         return None
                     self._drained = True
                     if timeout == 0:
@@ -298,9 +305,22 @@ class Channel(Generic[_Id]):
                         return None
                     continue
                 except OSError as e:
-                    if out is not None:
+                    if out is not None or (batch is not None and entered):
                         return None  # the next call reports it
                     raise self._read_fault(e) from None
+                if batch is not None:  # a plain event of an id nobody waits for: three entries
+                    uid, handle, number, status = _UNPACK_HEAD(view)
+                    cm_id = ids.get(uid)
+                    if cm_id is not None and number in PLAIN_EVENTS and uid not in waits:
+                        ev = cm_id._on_event(number, False)
+                        if ev is _DISCONNECTED:
+                            self._answer(cm_id)
+                        add_id(cm_id)
+                        add_type(ev)
+                        add_status(status)
+                        if len(entered) >= room:
+                            return None
+                        continue
                 uid, handle, number, status, raw, vid, mod = _UNPACK_EVENT(view)
                 cm_id = ids.get(uid)
                 waited = uid in waits
@@ -345,7 +365,7 @@ class Channel(Generic[_Id]):
                 # of dropped events ends it); a close() from another thread ends it too (the fd
                 # stays open until this reader is out)
                 if held and event is not None:
-                    if out is not None:
+                    if out is not None or (batch is not None and entered):
                         continue  # the burst reads on past the events it routes
                     return _ROUTED
                 if self.closed:
@@ -361,42 +381,6 @@ class Channel(Generic[_Id]):
                     self._let_go()
                 else:
                     self._reader_slot.append(True)
-
-    def get_events(self, max_events: int = 64, timeout: Optional[float] = 0, *, ack: bool = False) -> List[Event[_Id]]:
-        """Up to ``max_events`` queued events in one call (a GET_EVENT each), waiting ``timeout``
-        seconds for the first (0, the default: only look; None: for ever); with ``ack=True``
-        each is acknowledged as it is read.  Events that answer a pending wait go to it and
-        are not counted."""
-        if self._live != _process.PID:
-            self._check()
-        if max_events.__class__ is not int or max_events < 1:
-            raise UsageError("max_events must be an int >= 1, got %r" % (max_events,))
-        if timeout is not None and (timeout.__class__ is not int or timeout < 0):
-            timeout = timeout_seconds(timeout)
-        self._hold()
-        count = not ack
-        out: List[Event[_Id]] = []
-        try:
-            queued = self._queued
-            while queued and len(out) < max_events:
-                ev = queued.popleft()
-                if ack:
-                    ev.ack()
-                out.append(ev)
-            read = self._read
-            if not out:
-                deadline = _monotonic() + timeout if timeout else None
-                first = read(timeout, count, True)
-                while first is _ROUTED:  # given to a waiter: the next, within the time left
-                    first = read(timeout if deadline is None else max(0.0, deadline - _monotonic()), count, True)
-                if first is None:
-                    return out
-                out.append(first)
-            if len(out) < max_events:
-                read(0, count, True, out, max_events)  # the rest of the burst, into out
-            return out
-        finally:
-            self._let_go()
 
     # -- waits (for the event that answers a call: pyrdmacm.core.router)
     def expect(self, uid: int, waiter: Waiter) -> Waiter:

@@ -10,13 +10,16 @@ for the events that answer calls, the faults -- is its engine's,
 
 from __future__ import annotations
 
+import time
 import warnings
-from typing import Any, Iterable, List, Optional, Union
+from typing import Any, Iterable, List, Optional, Tuple, Union
 
 from . import process as _process
 from .. import abi
-from .channel import Channel
+from .channel import _ROUTED, Channel
 from .cmid import CmId, UnackedEventsWarning, _batch, unacked_warning
+from .events import Event, EventBatch
+from .poll import timeout_seconds
 from .params import port_space
 from ..errors import StateError, UsageError
 from ..state import State, rules_for
@@ -24,6 +27,7 @@ from ..state import State, rules_for
 _PS_TCP = abi.PortSpace.TCP
 _TCP_RC = rules_for(_PS_TCP, abi.QpType.RC)
 _new_object = object.__new__
+_monotonic = time.monotonic
 
 __all__ = ["EventChannel", "UnackedEventsWarning"]
 
@@ -120,3 +124,72 @@ class EventChannel(Channel[CmId]):
                 return UsageError("destroy_ids: id uid %d is given twice" % cm_id.uid)
             seen.add(id(cm_id))
         return UsageError("destroy_ids: %d ids that cannot be told apart" % len(ids))  # pragma: no cover
+
+    # -- events, many in one call
+    def get_events(self, max_events: int = 64, timeout: Optional[float] = 0, *, ack: bool = False) -> List[Event[CmId]]:
+        """Up to ``max_events`` queued events in one call (a GET_EVENT each), waiting ``timeout``
+        seconds for the first (0, the default: only look; None: for ever); with ``ack=True``
+        each is acknowledged as it is read.  Events that answer a pending wait go to it and
+        are not counted."""
+        timeout = self._many(max_events, timeout)
+        count = not ack
+        out: List[Event[CmId]] = []
+        try:
+            queued = self._queued
+            while queued and len(out) < max_events:
+                ev = queued.popleft()
+                if ack:
+                    ev.ack()
+                out.append(ev)
+            if not out:
+                first = self._first(timeout, count)
+                if first is None:
+                    return out
+                out.append(first)
+            if len(out) < max_events:
+                self._read(0, count, True, out, max_events)  # the rest of the burst, into out
+            return out
+        finally:
+            self._let_go()
+
+    def get_batch(self, max_events: int = 64, timeout: Optional[float] = 0) -> EventBatch:
+        """Up to ``max_events`` queued events in one call, and no object made per event: an
+        :class:`~pyrdmacm.core.events.EventBatch` whose lists say each event's id, type and
+        status (``zip(batch.ids, batch.events, batch.statuses)``), waiting ``timeout`` seconds
+        for the first (0, the default: only look; None: for ever).  Each is acknowledged as it
+        is read and its id moved, as get_event's.  The lists hold the events that carry
+        nothing more (:data:`~pyrdmacm.core.events.PLAIN_EVENTS`: the address, route,
+        disconnect and device events); the first other event ends the batch as its ``last``,
+        a whole :class:`~pyrdmacm.Event` to acknowledge.  Events that answer a pending wait
+        go to it and are not counted.  An empty batch (no entries, ``last`` None): nothing
+        came within ``timeout``."""
+        timeout = self._many(max_events, timeout)
+        batch: Tuple[List[Any], List[Any], List[Any]] = ([], [], [])
+        try:
+            last = self._queued.popleft() if self._queued else self._first(timeout, True, max_events, batch)
+            return EventBatch(batch[0], batch[1], batch[2], last)
+        finally:
+            self._let_go()
+
+    def _many(self, max_events: int, timeout: Optional[float]) -> Optional[float]:
+        """The checks of a read of many events (UsageError, StateError), the one-reader guard
+        taken: the timeout in seconds."""
+        if self._live != _process.PID:
+            self._check()
+        if max_events.__class__ is not int or max_events < 1:
+            raise UsageError("max_events must be an int >= 1, got %r" % (max_events,))
+        if timeout is not None and (timeout.__class__ is not int or timeout < 0):
+            timeout = timeout_seconds(timeout)
+        self._hold()
+        return timeout
+
+    def _first(self, timeout: Optional[float], count: bool, room: int = 0, batch: Any = None) -> Any:
+        """The first read of a call for many events, holding the guard: an event given to a
+        waiter is followed by the next read, within the time left."""
+        deadline = _monotonic() + timeout if timeout else None
+        read = self._read
+        first = read(timeout, count, True, None, room, batch)
+        while first is _ROUTED:
+            first = read(timeout if deadline is None else max(0.0, deadline - _monotonic()), count, True, None, room,
+                         batch)
+        return first

@@ -21,7 +21,7 @@ import re
 import struct
 from collections import namedtuple
 from functools import partial
-from typing import TYPE_CHECKING, Any, Dict, Generic, Optional, Tuple, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Dict, Generic, List, NamedTuple, Optional, Tuple, TypeVar, Union
 
 from .. import abi
 from ..abi.codec import CODECS
@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
 else:
     _Id = TypeVar("_Id")
 
-__all__ = ["Event", "ConnParam", "UdParam", "decode_event_head", "EVENT_RESP_SIZE", "REJECT_HINTS", "SIDR_HINTS"]
+__all__ = ["Event", "EventBatch", "PLAIN_EVENTS", "ConnParam", "UdParam", "decode_event_head", "EVENT_RESP_SIZE", "REJECT_HINTS", "SIDR_HINTS"]
 
 _EVENT = CODECS["rdma_ucm_event_resp"]
 EVENT_RESP_SIZE = _EVENT.size
@@ -280,21 +280,53 @@ new_event = partial(tuple.__new__, Event)
 
 _TYPES = {int(t): t for t in abi.CmEventType}
 
+#: The events whose parameter the kernel leaves empty (ucma copies no private data of a DREQ,
+#: a DREP or an RTU, and the address, route and device events carry none), each with no
+#: listener or membership: an :class:`EventBatch` holds these as its three entries (id,
+#: type, status) and loses nothing.  The numbers, as GET_EVENT says them.
+PLAIN_EVENTS = frozenset(int(t) for t in (
+    abi.CmEventType.ADDR_RESOLVED, abi.CmEventType.ADDR_ERROR, abi.CmEventType.ROUTE_RESOLVED,
+    abi.CmEventType.ROUTE_ERROR, abi.CmEventType.DISCONNECTED, abi.CmEventType.DEVICE_REMOVAL,
+    abi.CmEventType.ADDR_CHANGE, abi.CmEventType.TIMEWAIT_EXIT, abi.CmEventType.ADDRINFO_RESOLVED,
+    abi.CmEventType.ADDRINFO_ERROR))
 
-def _fast_event_struct() -> struct.Struct:
+
+class EventBatch(NamedTuple):
+    """Events read in one call with no object per event
+    (:meth:`~pyrdmacm.EventChannel.get_batch`): the ``k``-th event is ``(ids[k], events[k],
+    statuses[k])``, in the order the kernel queued them, each acknowledged as it was read and
+    its id moved.  Only :data:`PLAIN_EVENTS` go into the lists; the first other event (a
+    connection request, an event with private data or a datagram's parameter, a
+    membership's) ends the batch as ``last``, a whole :class:`Event` that came after every
+    entry of the lists (acknowledge it, as get_event's)."""
+
+    #: the id of each event (its state moved already)
+    ids: List[Any]
+    #: the type of each event (a :class:`~pyrdmacm.abi.CmEventType`)
+    events: List[abi.CmEventType]
+    #: the status of each event (0, or a negative errno: ADDR_ERROR -110 is ETIMEDOUT)
+    statuses: List[int]
+    #: the event that ended the batch, after the others: one the lists cannot hold, or None
+    last: "Optional[Event[Any]]" = None
+
+
+def _fast_event_struct(head: bool = False) -> struct.Struct:
     """The reply as the channel's fast path reads it: the codec's layout with ``status``
     signed (so no Python arithmetic per event) and ``reserved`` skipped.  Unpacks to
-    ``(uid, handle, event, status, param, ece.vendor_id, ece.attr_mod)``."""
+    ``(uid, handle, event, status, param, ece.vendor_id, ece.attr_mod)``; the ``head``
+    alone to the first four."""
     tokens = re.findall(r"\d*[A-Za-z]", _EVENT.format[1:])
     names = _EVENT.names
     assert len(tokens) == len(names) and not _EVENT._be
     status, reserved = names.index("status"), names.index("reserved")
     assert tokens[status] == tokens[reserved] == "L"
     tokens[status], tokens[reserved] = "l", "4x"
-    return struct.Struct(_EVENT.format[0] + "".join(tokens))
+    return struct.Struct(_EVENT.format[0] + "".join(tokens[:status + 1] if head else tokens))
 
 
 _UNPACK_EVENT = _fast_event_struct().unpack_from
+#: the reply's head alone (uid, handle, event, status signed): what a batch reads of a plain event
+_UNPACK_HEAD = _fast_event_struct(head=True).unpack_from
 
 
 def decode_event_head(buf: Any) -> Tuple[int, int, Union[abi.CmEventType, int], int, bytes, Tuple[int, int]]:

@@ -1,0 +1,137 @@
+"""The core's behavioural suite, its calls for many events (run in both tiers as
+tests/cm_behaviour.py is): ``EventChannel.get_batch``, events read with no object made per
+event, against what get_event gives for the same calls.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pyrdmacm import Call, CmId, EventBatch, EventChannel, State, Waiter
+from pyrdmacm.abi import CmEventType as E
+from pyrdmacm.core.events import PLAIN_EVENTS
+from pyrdmacm.errors import StateError, UsageError
+
+from cm_behaviour import World, wait
+
+
+def entries(ch: EventChannel, n: int, timeout: float = 10.0, room: int = 64) -> list:
+    """``n`` batch entries (id, type, status) read with get_batch; no batch ends with a ``last``."""
+    got: list = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        b = ch.get_batch(room, 1)
+        assert isinstance(b, EventBatch) and b.last is None, "a batch ended by %r" % (b.last,)
+        assert len(b.ids) == len(b.events) == len(b.statuses) <= room
+        got += zip(b.ids, b.events, b.statuses)
+    assert len(got) == n, "%d of %d entries within %ss" % (len(got), n, timeout)
+    return got
+
+
+def test_a_batch_holds_the_address_and_route_events_of_many_ids(world: World):
+    """get_batch gives each id's event as three entries, in the kernel's order: the id moved
+    as get_event's would, nothing left to acknowledge, no Event made; the address and
+    route events carry nothing get_event would add (their parameter is empty)."""
+    with world.channel() as ch:
+        ids = ch.create_ids(6)
+        # the same calls read one by one first: what the batch's entries stand for, whole
+        probe = ch.create_id()
+        probe.resolve_addr(world.local, timeout_ms=2000)
+        ev = wait(ch)
+        probe.resolve_route(2000)
+        ev2 = wait(ch)
+        for e in (ev, ev2):
+            assert e.raw_param == bytes(len(e.raw_param)) and e.ece == (0, 0) and e.listen_id is None
+            assert int(e.event) in PLAIN_EVENTS
+            e.ack()
+        for i in ids:
+            i.resolve_addr(world.local, timeout_ms=2000)
+        got = entries(ch, 6)
+        assert sorted(i.uid for i, _, _ in got) == [i.uid for i in ids]
+        assert {(t, s) for _, t, s in got} == {(E.ADDR_RESOLVED, 0)} and got[0][1] is E.ADDR_RESOLVED
+        assert all(i.state is State.ADDR_RESOLVED and i.unacked == 0 for i in ids)
+        for i in ids:
+            i.resolve_route(2000)
+        got = entries(ch, 6, room=4)  # at most four a batch
+        assert sorted(i.uid for i, _, _ in got) == [i.uid for i in ids]
+        assert {(t, s) for _, t, s in got} == {(E.ROUTE_RESOLVED, 0)}
+        assert all(i.state is State.ROUTE_RESOLVED and i.unacked == 0 for i in ids)
+        empty = ch.get_batch()  # only a look: nothing queued
+        assert empty == EventBatch([], [], [], None) and empty.last is None
+        assert ch.destroy_ids(ids) == [2] * 6  # two events each, reported
+
+
+def test_a_failure_is_an_entry_with_its_status(world: World):
+    """ADDR_ERROR (nobody answers ARP) is an entry like any: its status -110 (ETIMEDOUT)."""
+    with world.channel() as ch:
+        cm = ch.create_id()
+        cm.resolve_addr(world.silent, timeout_ms=500)
+        (got,) = entries(ch, 1, timeout=15)
+        assert got == (cm, E.ADDR_ERROR, -110) and cm.unacked == 0
+        assert cm.state is State.ADDR_QUERY or cm.state is State.ADDR_BOUND or cm.state is State.IDLE
+
+
+def test_an_event_the_lists_cannot_hold_ends_the_batch_in_order(world: World):
+    """A membership's event is not plain (its parameter is the group's address handle): the
+    batch that reads it ends with it as ``last``, after the entries the kernel queued
+    before it, and counted (the caller acknowledges it); a waited event goes to its wait."""
+    with world.channel() as ch:
+        a, b, w = ch.create_ids(3)
+        for i in (a, b, w):
+            i.resolve_addr(world.local, timeout_ms=2000)
+        waiter = ch.expect(w.uid, Waiter.for_call(w.kind, Call.RESOLVE_ADDR))
+        got = entries(ch, 2)
+        assert sorted(i.uid for i, _, _ in got) == [a.uid, b.uid]
+        assert waiter.done and waiter.ok and waiter.event.id is w and w.unacked == 0
+        from pyrdmacm import PortSpace
+
+        ud = ch.create_id(PortSpace.UDP)
+        ud.bind_addr(world.local)
+        ud.join_multicast("239.1.2.3")
+        a.resolve_route(2000)
+        deadline = time.monotonic() + 10
+        seen: list = []
+        last = None
+        while last is None and time.monotonic() < deadline:
+            batch = ch.get_batch(64, 1)
+            seen += batch.ids
+            last = batch.last
+        assert last is not None and last.event in (E.MULTICAST_JOIN, E.MULTICAST_ERROR)
+        assert last.id is ud and last.membership is not None and ud.unacked == 1
+        last.ack()
+        rest = [] if a in seen else [i for i, _, _ in entries(ch, 1)]
+        assert seen + rest == [a] and a.state is State.ROUTE_RESOLVED
+
+
+def test_a_batch_hands_out_the_events_a_wait_kept_first(world: World):
+    """Events a wait() read that nobody waited for are kept for the readers, in order: a batch
+    gives the first of them as its ``last`` (before anything read now)."""
+    with world.channel() as ch:
+        a, b = ch.create_ids(2)
+        a.resolve_addr(world.local, timeout_ms=2000)
+        wait_b = ch.expect(b.uid, Waiter.for_call(b.kind, Call.RESOLVE_ADDR))
+        b.resolve_addr(world.local, timeout_ms=2000)
+        ch.wait(wait_b, 10)
+        if a.unacked:  # a's event came first: the wait kept it
+            batch = ch.get_batch(64, 0)
+            assert batch.ids == [] and batch.last is not None and batch.last.id is a
+            batch.last.ack()
+        else:
+            assert entries(ch, 1)[0][0] is a
+        assert a.state is State.ADDR_RESOLVED and a.unacked == 0
+
+
+def test_bad_batch_reads_are_refused_and_lose_nothing(world: World):
+    with world.channel() as ch:
+        cm = ch.create_id()
+        cm.resolve_addr(world.local, timeout_ms=2000)
+        for bad in (0, -1, 2.5, "3", None):
+            with pytest.raises(UsageError, match="max_events must be an int >= 1"):
+                ch.get_batch(bad)  # type: ignore[arg-type]
+        with pytest.raises(UsageError, match="timeout"):
+            ch.get_batch(4, -1)
+        assert entries(ch, 1) == [(cm, E.ADDR_RESOLVED, 0)]  # the event was not lost
+    with pytest.raises(StateError, match="closed"):
+        ch.get_batch()

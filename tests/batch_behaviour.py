@@ -135,3 +135,115 @@ def test_bad_batch_reads_are_refused_and_lose_nothing(world: World):
         assert entries(ch, 1) == [(cm, E.ADDR_RESOLVED, 0)]  # the event was not lost
     with pytest.raises(StateError, match="closed"):
         ch.get_batch()
+
+
+def test_calls_for_many_ids_do_what_a_call_each_does(world: World):
+    """resolve_addrs / resolve_routes: one call, one command each, the ids moved and their
+    events as a call each gives; a stranger is refused before any syscall."""
+    with world.channel() as ch, world.channel() as other:
+        ids = ch.create_ids(4)
+        foreign = other.create_id()
+        for bad in ([ids[0], foreign], [ids[0], "x"]):
+            with pytest.raises(UsageError, match="resolve_addrs takes ids of this channel"):
+                ch.resolve_addrs(bad, world.local)
+        with pytest.raises(UsageError, match="timeout_ms"):
+            ch.resolve_addrs(ids, world.local, timeout_ms=-1)
+        assert all(i.state is State.IDLE for i in ids) and foreign.state is State.IDLE
+        ch.resolve_addrs([], world.local)  # nothing to do
+        ch.resolve_addrs(ids, world.local, timeout_ms=2000)
+        assert all(i.state is State.ADDR_QUERY or i.state is State.ADDR_RESOLVED for i in ids)
+        assert [i.destination for i in ids] == [ids[0].destination] * 4 and ids[0].destination is not None
+        assert sorted(i.uid for i, t, s in entries(ch, 4) if (t, s) == (E.ADDR_RESOLVED, 0)) == [i.uid for i in ids]
+        with pytest.raises(UsageError, match="timeout_ms"):
+            ch.resolve_routes(ids, 0)
+        ch.resolve_routes(iter(ids))
+        assert sorted(i.uid for i, t, s in entries(ch, 4) if (t, s) == (E.ROUTE_RESOLVED, 0)) == [i.uid for i in ids]
+        # with a source: each id's command as resolve_addr makes it
+        more = ch.create_ids(2)
+        ch.resolve_addrs(more, world.local, src=world.local)
+        assert sorted(i.uid for i, t, s in entries(ch, 2) if t is E.ADDR_RESOLVED) == [i.uid for i in more]
+        assert str(more[1].query_addr().src.ip) == world.local
+        ch.destroy_ids(ids + more)
+
+
+def test_a_refusal_in_a_call_for_many_ids_stops_there(world: World):
+    """The id a call for many ids cannot make the call for (here: one already resolving) ends
+    the call: the ids before it made it, those after it did not, and the error says so."""
+    with world.channel() as ch:
+        a, b, c = ch.create_ids(3)
+        b.resolve_addr(world.local, timeout_ms=2000)
+        assert entries(ch, 1)[0][0] is b  # b is ADDR_RESOLVED: resolve_addr is illegal there
+        with pytest.raises(StateError) as err:
+            ch.resolve_addrs([a, b, c], world.local)
+        notes = " ".join(getattr(err.value, "__notes__", []))
+        if ch.legacy:  # RESOLVE_IP: each id's command made first, with its checks: before any syscall
+            assert notes == "" and a.state is State.IDLE
+            ch.resolve_addrs([a], world.local)
+        else:
+            assert "uid %d of a call for many ids was refused" % b.uid in notes and a.state is not State.IDLE
+        assert b.state is State.ADDR_RESOLVED and c.state is State.IDLE
+        assert entries(ch, 1)[0][:2] == (a, E.ADDR_RESOLVED)
+        ch.resolve_addrs([c], world.local)
+        assert entries(ch, 1)[0][:2] == (c, E.ADDR_RESOLVED)
+        ch.destroy_ids([a, b, c])
+
+
+def test_destroy_ids_refused_midway_destroys_the_ids_before(world: World):
+    """A DESTROY_ID refused in the middle of destroy_ids (here by a write that refuses the
+    third): the two before it are destroyed and off the channel, the rest untouched and
+    still destroyable; the error names the id."""
+    import errno as _errno
+
+    with world.channel() as ch:
+        ids = ch.create_ids(5)
+        real = ch._write
+        seen = []
+
+        def refuse_third(data):
+            seen.append(data)
+            if len(seen) == 3:
+                raise OSError(_errno.EIO, "refused for the test")
+            return real(data)
+
+        ch._write = refuse_third  # type: ignore[method-assign]
+        try:
+            with pytest.raises(Exception) as err:
+                ch.destroy_ids(ids)
+        finally:
+            ch._write = real  # type: ignore[method-assign]
+        assert "uid %d of a call for many ids was refused" % ids[2].uid in " ".join(getattr(err.value, "__notes__", []))
+        assert [i.state for i in ids] == [State.DESTROYED] * 2 + [State.IDLE] * 3
+        assert ch.ids == ids[2:]
+        assert ch.destroy_ids(ids[2:]) == [0, 0, 0] and ch.ids == []
+
+
+def test_create_ids_refused_midway_leaves_no_id(world: World):
+    """All or nothing: a CREATE_ID refused in the middle of create_ids (here by a write that
+    refuses the third) destroys the two made before it, and the refusal is raised; the
+    channel goes on."""
+    import errno as _errno
+
+    from pyrdmacm.errors import KernelError
+
+    with world.channel() as ch:
+        keep = ch.create_id()
+        real = ch._write
+        seen = []
+
+        def refuse_third(data):
+            seen.append(data)
+            if len(seen) == 3:
+                raise OSError(_errno.EMFILE, "refused for the test")
+            return real(data)
+
+        ch._write = refuse_third  # type: ignore[method-assign]
+        try:
+            with pytest.raises(KernelError) as err:
+                ch.create_ids(5)
+        finally:
+            ch._write = real  # type: ignore[method-assign]
+        assert err.value.errno == _errno.EMFILE and "CREATE_ID" in str(err.value)
+        assert len(seen) == 5  # three CREATE_IDs (the third refused), then a DESTROY_ID for each of the two made
+        assert ch.ids == [keep]
+        more = ch.create_ids(2)
+        assert ch.ids == [keep] + more and ch.destroy_ids(more) == [0, 0]

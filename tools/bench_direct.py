@@ -190,8 +190,8 @@ def event_source(view, heads, code):
 
 
 def direct_batch_pyrdmacm(n, dst):
-    """The calls for many ids: create_ids, resolve_addr and resolve_route for each id,
-    get_batch, destroy_ids."""
+    """The calls for many ids: create_ids, resolve_addrs, get_batch, resolve_routes,
+    destroy_ids."""
     from pyrdmacm import EventChannel
     from pyrdmacm.abi import CmEventType as E
 
@@ -206,8 +206,7 @@ def direct_batch_pyrdmacm(n, dst):
     heads = [(i.uid, i.handle) for i in ids]
     view, device_write = ch._r_event.view, ch._write
     t.append(time.perf_counter())  # the end of setup (not counted)
-    for i in ids:
-        i.resolve_addr(dst, timeout_ms=2000)
+    ch.resolve_addrs(ids, dst, timeout_ms=2000)
     t.append(time.perf_counter())
     for want in (E.ADDR_RESOLVED, E.ROUTE_RESOLVED):
         ch._write = event_source(view, heads, int(want))  # the event phase's GET_EVENTs
@@ -223,8 +222,7 @@ def direct_batch_pyrdmacm(n, dst):
         ch._write = device_write
         t.append(time.perf_counter())
         if want is E.ADDR_RESOLVED:
-            for i in ids:
-                i.resolve_route(2000)
+            ch.resolve_routes(ids, 2000)
             t.append(time.perf_counter())
     ch.destroy_ids(ids)
     t.append(time.perf_counter())

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-import threading
 import warnings
 from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Tuple, TypeVar, Union
 
@@ -28,7 +27,7 @@ from .. import abi, wire
 from .channel import Channel
 from .device import ReplyBuffer
 from .events import Event
-from .life import Life
+from .life import _DESTROY_CALL, _DESTROY_CMD, _H_DESTROY, _N_DESTROY_REPLY, _NO_CONTEXT, Life, create_all, gone
 from .membership import Membership
 from .params import check_int, conn_param, port_space, private_data_for
 from .router import TAKES, Waiter
@@ -54,18 +53,13 @@ _TCP_RC = rules_for(_PS_TCP, abi.QpType.RC)
 _DESTROYED, _ADDR_BOUND = State.DESTROYED, State.ADDR_BOUND
 _DATAGRAM = Kind.DATAGRAM
 # the hot commands and calls, read as globals (an enum member's lookup costs ten times more)
-_DESTROY = _CMD["DESTROY_ID"]
-_DESTROY_CMD, _H_DESTROY, _N_DESTROY_REPLY = _DESTROY.pack, _DESTROY.header, _DESTROY.out
 _H_RESOLVE_ADDR = _CMD["RESOLVE_ADDR"].header
 _RESOLVE_ADDR_HEAD, _resolve_addr_tail = wire.RESOLVE_ADDR_HEAD, wire.resolve_addr_tail
 _ROUTE_CMD, _H_RESOLVE_ROUTE = _CMD["RESOLVE_ROUTE"].pack, _CMD["RESOLVE_ROUTE"].header
 _ESTABLISH, _CONNECT_DEFAULT, _CONNECT, _DISCONNECT = wire.ESTABLISH, wire.CONNECT_DEFAULT, _CMD["CONNECT"], wire.DISCONNECT
-_DESTROY_CALL, _RESOLVE_ADDR_CALL, _RESOLVE_ROUTE_CALL = Call.DESTROY, Call.RESOLVE_ADDR, Call.RESOLVE_ROUTE
+_RESOLVE_ADDR_CALL, _RESOLVE_ROUTE_CALL = Call.RESOLVE_ADDR, Call.RESOLVE_ROUTE
 _CONNECT_CALL, _ESTABLISH_CALL, _DISCONNECT_CALL = Call.CONNECT, Call.ESTABLISH, Call.DISCONNECT
 _REQ, _REP = ("REQ", "SIDR_REQ"), ("REP", "SIDR_REP")  # the messages of connect and accept's parameters
-_NO_CONTEXT: Any = {}  # a refused DESTROY_ID names no address
-#: per thread: destroy_ids is destroying (its destroy() calls leave the unacked warning to it)
-_batch = threading.local()
 #: the class of the last channel an id was made on (EventChannel, as a rule): the constructor's
 #: check is then one comparison
 _SEEN_CHANNEL: Any = None
@@ -109,7 +103,7 @@ class CmId(Life):
         qp_type: Optional[int] = None,
         context: Any = None,
     ) -> None:
-        # Only what every id needs is set at birth (Life._create); the rest (the kept answers,
+        # Only what every id needs is set at birth (create_all); the rest (the kept answers,
         # the destination ...) reads as unset until used.  The port space, QP type and kind
         # are the id's Rules (shared).
         rules = _TCP_RC if ps is _PS_TCP and qp_type is None else rules_for(*port_space(ps, qp_type))
@@ -119,7 +113,7 @@ class CmId(Life):
         assert channel is not None  # for the type checker: _own_channel returns one
         if channel._live != _process.PID:
             channel._check()
-        self._create(channel, rules, context, sync)
+        create_all((self,), channel, rules, context, sync)
 
     def _own_channel(self, channel: "Optional[Channel[CmId]]") -> "Channel[CmId]":
         """The channel of an id made with ``channel`` of another class than the last one: a
@@ -134,7 +128,7 @@ class CmId(Life):
             raise UsageError("channel must be an EventChannel or None, got %r" % (channel,))
         return channel
 
-    # -- death (birth, CREATE_ID, is the record's: Life._create)
+    # -- death (birth, CREATE_ID, is the record's: life.create_all)
     def destroy(self) -> int:
         """Destroy the id (DESTROY_ID): ``rdma_destroy_id``.  Returns ``events_reported``.
 
@@ -147,7 +141,7 @@ class CmId(Life):
         established connection), or the DREP (a DREQ received and not yet answered).  UD
         ids send nothing.  Closing the channel destroys all its ids the same way.
         """
-        # The one place that writes DESTROY_ID (destroy_ids and create_ids' undo end here).
+        # One id's DESTROY_ID (many ids': destroy_all): the same transaction and leaving.
         ch = self.channel
         if ch._live != _process.PID:
             if ch.closed:
@@ -169,18 +163,9 @@ class CmId(Life):
             raise
         reported: int = reply.u32[0]
         pool.append(reply)
-        # Off the registry after DESTROY_ID: the kernel queues no event of the id from now on, and
-        # one that a reader took before (counted in events_reported) must still find its id -- in
-        # the grave while that reader holds the guard.  The waits for its events, and its
-        # memberships', end (``Channel._ended``).
-        reg = ch.registry
-        groups = reg.destroyed(self, not ch._reader_slot)  # its groups go with it
-        if ch._waits or ch._queued:
-            ch._ended([self.uid, *groups], "destroyed")
-        if self._unacked and not getattr(_batch, "quiet", False):  # destroy_ids warns once for all
+        gone(ch, (self,))
+        if self._unacked:
             warnings.warn(unacked_warning([self], True), stacklevel=2)
-        if ch._wait_first and not reg.ids:  # a sync id's channel is its own: closed with its last id
-            ch.close()  # (a sync listener's rejected request must not close the listener's)
         return reported
 
     def __enter__(self: _S) -> _S:

@@ -15,19 +15,24 @@ import warnings
 from typing import Any, Iterable, List, Optional, Tuple, Union
 
 from . import process as _process
-from .. import abi
+from .. import abi, wire
 from .channel import _ROUTED, Channel
-from .cmid import CmId, UnackedEventsWarning, _batch, unacked_warning
+from .cmid import CmId, UnackedEventsWarning, unacked_warning
 from .events import Event, EventBatch
+from .life import create_all, destroy_all
+from .params import check_int, port_space
 from .poll import timeout_seconds
-from .params import port_space
+from ..addr import AddressLike, parse_address
 from ..errors import StateError, UsageError
-from ..state import State, rules_for
+from ..state import Call, State, rules_for
 
 _PS_TCP = abi.PortSpace.TCP
 _TCP_RC = rules_for(_PS_TCP, abi.QpType.RC)
 _new_object = object.__new__
 _monotonic = time.monotonic
+_CMD = wire.COMMAND
+_H_RESOLVE_ADDR, _H_RESOLVE_ROUTE = _CMD["RESOLVE_ADDR"].header, _CMD["RESOLVE_ROUTE"].header
+_RESOLVE_ADDR_HEAD, _resolve_addr_tail, _ROUTE_CMD = wire.RESOLVE_ADDR_HEAD, wire.resolve_addr_tail, _CMD["RESOLVE_ROUTE"].pack
 
 __all__ = ["EventChannel", "UnackedEventsWarning"]
 
@@ -46,7 +51,8 @@ class EventChannel(Channel[CmId]):
         """A new id on this channel: ``rdma_create_id(channel, &id, context, ps)``: the same id
         as ``CmId(channel, ps, ...)``."""
         if ps is _PS_TCP and qp_type is None and context is None and self._live == _process.PID:
-            cm_id: CmId = _new_object(CmId)._create(self, _TCP_RC)  # what CmId() does, without its checks
+            cm_id: CmId = _new_object(CmId)  # what CmId() does, without its checks
+            create_all((cm_id,), self, _TCP_RC)
             return cm_id
         return CmId(self, ps, qp_type=qp_type, context=context)
 
@@ -64,18 +70,9 @@ class EventChannel(Channel[CmId]):
         rules = rules_for(*port_space(ps, qp_type)) if custom else _TCP_RC
         if self._live != _process.PID:
             self._check()
-        out: List[CmId] = []
-        append = out.append
-        try:
-            for _ in range(n):
-                append(_new_object(CmId)._create(self, rules))
-        except BaseException:
-            for cm_id in out:  # all or nothing
-                try:
-                    cm_id.destroy()
-                except Exception:  # pragma: no cover - the channel is failing: closing it frees them
-                    pass
-            raise
+        out: List[CmId] = [_new_object(CmId) for _ in range(n)]
+        if out:
+            create_all(out, self, rules)
         return out
 
     def destroy_ids(self, ids: Iterable[CmId]) -> List[int]:
@@ -100,17 +97,70 @@ class EventChannel(Channel[CmId]):
             ok = False
         if not ok:
             raise self._destroy_refusal(ids)
-        out: List[int] = []
-        _batch.quiet = True  # one warning for the batch (this thread's destroy() calls say nothing)
+        if not ids:
+            return []
         try:
-            for cm_id in ids:
-                out.append(cm_id.destroy())
-        finally:
-            _batch.quiet = False
-            unacked = [cm_id for cm_id in ids[: len(out)] if cm_id._unacked]
+            return destroy_all(ids)
+        finally:  # one warning for the batch (those destroyed)
+            unacked = [cm_id for cm_id in ids if cm_id._unacked and cm_id._state is State.DESTROYED]
             if unacked:
                 warnings.warn(unacked_warning(unacked), stacklevel=2)
-        return out
+
+    def resolve_addrs(self, ids: Iterable[CmId], dst: AddressLike, *, src: Optional[AddressLike] = None,
+                      timeout_ms: int = 2000) -> None:
+        """``resolve_addr(dst, src=src, timeout_ms=timeout_ms)`` for each of ``ids`` (ids of
+        this channel), in order, in one call: the destination parsed and packed once, one
+        RESOLVE_ADDR each.  Their ADDR_RESOLVED or ADDR_ERROR follow, as for resolve_addr
+        (:meth:`get_batch` reads them).  An id of another channel is refused before any
+        syscall (UsageError); a refusal of one id (illegal in its state, or the kernel's) ends
+        the call there: the ids before it are resolving, those after it were not called."""
+        ids = self._ours(ids, "resolve_addrs")
+        if not ids:
+            return
+        if src is not None or self.legacy:  # each id's command as resolve_addr makes it (its checks)
+            made = [cm_id._resolve_addr_command(dst, src, timeout_ms) for cm_id in ids]
+            for cm_id, (d, _s, _data, _name) in zip(ids, made):
+                cm_id._dst = d
+            d, s, _, command = made[0]
+            data = [m[2] for m in made]
+            ctx = None if s is None else {"src": s, "dst": d}
+        else:
+            check_int("timeout_ms", timeout_ms, 0xFFFFFFFF)
+            packed = self._packed_dst
+            if dst is not packed[0]:
+                d = parse_address(dst)
+                packed = self._packed_dst = (dst, d, _resolve_addr_tail(None, d))
+            d, tail = packed[1], packed[2]
+            data = [_RESOLVE_ADDR_HEAD(_H_RESOLVE_ADDR, cm_id.handle, timeout_ms) + tail for cm_id in ids]
+            for cm_id in ids:
+                cm_id._dst = d
+            command, ctx = "RESOLVE_ADDR", None
+        ids[0]._call(Call.RESOLVE_ADDR, data[0], command, ctx, zip(ids[1:], data[1:]))
+
+    def resolve_routes(self, ids: Iterable[CmId], timeout_ms: int = 2000) -> None:
+        """``resolve_route(timeout_ms)`` for each of ``ids`` (ids of this channel), in order, in
+        one call; their ROUTE_RESOLVED or ROUTE_ERROR follow.  Refusals as
+        :meth:`resolve_addrs`'."""
+        ids = self._ours(ids, "resolve_routes")
+        check_int("timeout_ms", timeout_ms, 0xFFFFFFFF, 1)
+        if ids:
+            data = [_ROUTE_CMD(_H_RESOLVE_ROUTE, cm_id.handle, timeout_ms) for cm_id in ids]
+            ids[0]._call(Call.RESOLVE_ROUTE, data[0], "RESOLVE_ROUTE", None, zip(ids[1:], data[1:]))
+
+    def _ours(self, ids: Iterable[CmId], call: str) -> List[CmId]:
+        """``ids`` as a list, every one an id of this channel (UsageError naming the first that
+        is not); the channel open (StateError)."""
+        ids = list(ids)
+        if self._live != _process.PID:
+            self._check()
+        try:
+            ok = all([cm_id.channel is self for cm_id in ids])
+        except AttributeError:
+            ok = False
+        if not ok:
+            stranger = next(i for i in ids if not isinstance(i, CmId) or i.channel is not self)
+            raise UsageError("%s takes ids of this channel, got %r" % (call, stranger))
+        return ids
 
     def _destroy_refusal(self, ids: List[Any]) -> Exception:
         """What is wrong with the ids given to destroy_ids (the first fault found)."""

@@ -1,19 +1,21 @@
 """An id's life: its record and the moves that change it (:class:`Life`, :func:`ack`).
 
 :mod:`pyrdmacm.state` says what a call or an event does (pure code, the one table);
-:class:`Life` applies it: its methods and :func:`ack` are the only code that assigns an id's
-state, its count of events not acknowledged and its kept query answers.  The one I/O a
-move starts is a call's write, through the channel's writer, between the id's move and its
-undo (:meth:`Life._call`); birth, the first move, is CREATE_ID's (:meth:`Life._create`).
-:class:`~pyrdmacm.core.cmid.CmId`, a Life, has the verbs that make the calls, death
-(DESTROY_ID) among them; the channel's registry (uid -> id) is written by
+:class:`Life` applies it: its methods, :func:`create_all` (birth) and :func:`ack` are the only
+code that assigns an id's state, its count of events not acknowledged and its kept query
+answers.  The one I/O a move starts is a call's write, through the channel's writer, between
+the id's move and its undo (:meth:`Life._call`: one id's call, or the same call of many ids in
+one); birth, the first move, is CREATE_ID's (:func:`create_all`, for one id or many);
+:func:`destroy_all` and :func:`gone` are the death of many and the leaving every death ends
+with.  :class:`~pyrdmacm.core.cmid.CmId`, a Life, has the verbs that make the calls, one id's
+death (DESTROY_ID) among them; the channel's registry (uid -> id) is written by
 :class:`~pyrdmacm.core.registry.Registry` alone.
 """
 
 from __future__ import annotations
 
 import errno
-from typing import Any, Dict, List, Optional, TypeVar, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import process as _process
 from .device import ReplyBuffer
@@ -30,12 +32,15 @@ _E = TypeVar("_E")
 _L = TypeVar("_L", bound="Life")
 
 
-__all__ = ["Life", "ack"]
+__all__ = ["Life", "ack", "create_all", "destroy_all", "gone"]
 
-_IDLE, _DESTROYED = State.IDLE, State.DESTROYED
+_IDLE, _DESTROYED, _DESTROY_CALL = State.IDLE, State.DESTROYED, Call.DESTROY
 _DISCONNECT = wire.DISCONNECT
-_CREATE = wire.COMMAND["CREATE_ID"]
+_CREATE, _DESTROY = wire.COMMAND["CREATE_ID"], wire.COMMAND["DESTROY_ID"]
 _CREATE_CMD, _H_CREATE, _N_CREATE, _N_CREATE_REPLY = _CREATE.pack, _CREATE.header, _CREATE.size, _CREATE.out
+_DESTROY_CMD, _H_DESTROY, _N_DESTROY_REPLY = _DESTROY.pack, _DESTROY.header, _DESTROY.out
+_NO_CONTEXT: Dict[str, Any] = {}  # a refused DESTROY_ID names no address
+_next_uid = _process.next_uid
 _new_object = object.__new__
 
 
@@ -87,39 +92,6 @@ class Life:
     #: a DREP the old channel's reader could not send during migrate() (see :meth:`_answer_dreq`)
     _drep: List[bool]
 
-    def _create(self: _L, channel: Any, rules: Rules, context: Any = None, sync: bool = False) -> _L:
-        """Birth: CREATE_ID for this new id (checked, not yet created) on a live ``channel``,
-        of the port space and QP type of ``rules``; the id is IDLE, and registered (uid ->
-        id) once the kernel made it.  The one place that writes CREATE_ID (``CmId()``,
-        ``EventChannel.create_id`` and ``create_ids`` end here).  Returns the id."""
-        self.channel = channel
-        self._rules = rules
-        self._state = _IDLE
-        self._unacked = 0
-        self._cache = None
-        self._context = context
-        self._sync = sync
-        self._moves = 0
-        pool = channel._create_replies
-        try:
-            reply = pool.pop()
-        except IndexError:  # another thread has it
-            reply = ReplyBuffer(_N_CREATE_REPLY)
-        uid = self.uid = _process.next_uid()
-        data = _CREATE_CMD(_H_CREATE, uid, reply.address, rules.ps, rules.qp_type, b"")
-        try:
-            n = channel._write(data)
-        except OSError as e:
-            pool.append(reply)
-            raise channel._refused(e, "CREATE_ID", {}) from None
-        if n != _N_CREATE:
-            pool.append(reply)
-            raise channel._short(n, data, "CREATE_ID")
-        self.handle = reply.u32[0]
-        pool.append(reply)
-        channel.registry.add(uid, self)
-        return self
-
     def _ready(self, call: Call) -> None:
         """StateError, before any syscall, unless ``call`` may be made now: the id's channel
         open (and this process's), the call legal in the id's state."""
@@ -149,7 +121,8 @@ class Life:
         if self._state not in self._rules.calls[call]:
             raise StateError("%s (uid %d)" % (refusal(self._rules.kind, self._state, call), getattr(self, "uid", 0)))
 
-    def _call(self, call: Call, data: bytes, command: str, ctx: Optional[Dict[str, Any]] = None) -> None:
+    def _call(self, call: Call, data: bytes, command: str, ctx: Optional[Dict[str, Any]] = None,
+              rest: Iterable[Tuple["Life", bytes]] = ()) -> None:
         """Make ``call``, whose command is ``data``: the one transaction of every call of an id.
 
         The id moves where the table says before the command is written (StateError, before
@@ -159,29 +132,58 @@ class Life:
         refuses it, the id moves back -- or where the kernel's own answer to the refusal
         leaves it (:data:`AFTER_REFUSAL`) -- unless an event moved it meanwhile, and the
         refusal is raised as the channel words it (``ctx``: the addresses it names, made
-        only then when not given: the peer's, ``dst``)."""
+        only then when not given: the peer's, ``dst``).
+
+        ``rest``: more ``(id, command)`` pairs of the same channel making the same call (a call
+        for many ids: one transaction each, in order, in this one call).  The first refusal
+        ends it there: the ids before it made the call, those after it did not (a note on
+        the exception says so)."""
         ch = self.channel
         if ch._live != _process.PID:
             self._ready(call)  # raises, saying why
-        old = self._state
-        try:
-            new = self._rules.calls[call][old]
-        except KeyError:  # illegal here
-            raise StateError("%s (uid %d)" % (refusal(self._rules.kind, old, call), getattr(self, "uid", 0))) from None
-        self._state = new
-        self._cache = None
-        try:
-            n = ch._write(data)
-        except OSError as e:
-            if self._state is new:
-                self._state = self._after_refusal(call, old, e.errno or 0, ctx)
-            raise ch._refused(e, command, {"dst": self._peer()} if ctx is None else ctx) from None
-        except BaseException:  # interrupted (a signal's handler raised): nothing was written
-            if self._state is new:
-                self._state = old
-            raise
-        if n != len(data):
-            raise ch._short(n, data, command)
+        cm_id, more = self, None
+        while True:
+            old = cm_id._state
+            try:
+                new = cm_id._rules.calls[call][old]
+            except KeyError:  # illegal here
+                raise cm_id._in_batch(StateError("%s (uid %d)" % (refusal(cm_id._rules.kind, old, call),
+                                                                   getattr(cm_id, "uid", 0))),
+                                      rest) from None
+            cm_id._state = new
+            cm_id._cache = None
+            try:
+                n = ch._write(data)
+            except OSError as e:
+                if cm_id._state is new:
+                    cm_id._state = cm_id._after_refusal(call, old, e.errno or 0, ctx)
+                raise cm_id._in_batch(ch._refused(e, command, {"dst": cm_id._peer()} if ctx is None else ctx),
+                                      rest) from None
+            except BaseException:  # interrupted (a signal's handler raised): nothing was written
+                if cm_id._state is new:
+                    cm_id._state = old
+                raise
+            if n != len(data):
+                raise cm_id._in_batch(ch._short(n, data, command), rest)
+            if not rest:
+                return
+            if more is None:
+                more = iter(rest)
+            for cm_id, data in more:  # the next id, if any
+                break
+            else:
+                return
+
+    def _in_batch(self, exc: BaseException, rest: Iterable[Any]) -> BaseException:
+        """``exc``, refusing this id's call; in a call for many ids (``rest``), noted so."""
+        if rest:
+            text = ("id uid %d of a call for many ids was refused: the ids before it made the call, "
+                    "those after it did not" % getattr(self, "uid", 0))
+            if hasattr(exc, "add_note"):
+                exc.add_note(text)
+            else:  # before Python 3.11: the same attribute (PEP 678), which tracebacks do not show there
+                exc.__notes__ = [*getattr(exc, "__notes__", ()), text]
+        return exc
 
     def _after_refusal(self, call: Call, old: State, err: int, ctx: Optional[Dict[str, Any]]) -> State:
         """Where the kernel left the id that refused ``call`` from ``old`` with ``err``: where
@@ -315,6 +317,130 @@ class Life:
     def _drop_group(self, uid: int) -> None:
         """The membership ``uid`` ended (left, or its channel closed)."""
         getattr(self, "_mcs", {}).pop(uid, None)
+
+
+def create_all(lives: Sequence["Life"], channel: Any, rules: Rules, context: Any = None, sync: bool = False) -> None:
+    """Birth: CREATE_ID for each of ``lives`` (new objects, not yet created) on a live
+    ``channel``, of the port space and QP type of ``rules``, in order, each naming its
+    own word of one reply buffer: each id IDLE, and registered (uid -> id) once the
+    kernel made it.  The one place that writes CREATE_ID (``CmId()``,
+    ``EventChannel.create_id`` and ``create_ids`` end here).  All or nothing: if the
+    kernel refuses one (EMFILE, ENOMEM ...), those made before it are destroyed again and
+    the refusal is raised."""
+    one = len(lives) == 1
+    pool = channel._create_replies
+    try:  # one id: the channel's reply buffer, when no other thread has it
+        reply = pool.pop() if one else ReplyBuffer(_N_CREATE_REPLY * len(lives))
+    except IndexError:
+        reply = ReplyBuffer(_N_CREATE_REPLY)
+    at = reply.address
+    ps, qp_type = rules.ps, rules.qp_type
+    life = None
+    try:
+        for life in lives:
+            life.channel = channel
+            life._rules = rules
+            life._state = _IDLE
+            life._unacked = 0
+            life._cache = None
+            life._context = context
+            life._sync = sync
+            life._moves = 0
+            uid = life.uid = _next_uid()
+            data = _CREATE_CMD(_H_CREATE, uid, at, ps, qp_type, b"")
+            written = channel._write(data)  # read each time (the channel's write: see Channel)
+            if written != _N_CREATE:
+                raise channel._short(written, data, "CREATE_ID")
+            if not one:
+                at += _N_CREATE_REPLY
+    except BaseException as e:  # refused (or a short write, or a signal's handler raised)
+        made = lives.index(life)
+        _unmade(lives[:made], reply.u32[:made].tolist(), channel)
+        if one:
+            pool.append(reply)
+        raise channel._refused(e, "CREATE_ID", {}) if isinstance(e, OSError) else e
+    if one:  # as a rule
+        life.handle = reply.u32[0]  # type: ignore[union-attr]
+        channel.registry.add(uid, life)
+        pool.append(reply)
+        return
+    add = channel.registry.add
+    for life, handle in zip(lives, reply.u32.tolist()):
+        life.handle = handle
+        add(life.uid, life)
+
+
+def _unmade(lives: Sequence["Life"], handles: List[int], channel: Any) -> None:
+    """A birth refused after ``lives`` were made (their ``handles``): they are destroyed again."""
+    if lives:
+        for life, handle in zip(lives, handles):
+            life.handle = handle
+            channel.registry.add(life.uid, life)
+        try:
+            destroy_all(lives)
+        except Exception:  # pragma: no cover - the channel is failing: closing it frees them
+            pass
+
+
+def destroy_all(lives: Sequence["Life"]) -> List[int]:
+    """Death of many: DESTROY_ID for each of ``lives`` (one channel's, none destroyed, each
+    once: the callers' checks), in order: their ``events_reported``.  ``destroy_ids()`` and
+    a refused birth's undo end here, one id's ``destroy()`` writes its own: the same
+    transaction (:meth:`Life._call`, here one for all, each id's reply in its own word of
+    one buffer), then the same leaving (:func:`gone`).  A refusal ends it there: the ids
+    before it are destroyed all the same, and the refusal is raised."""
+    first = lives[0]
+    ch = first.channel
+    if ch._live != _process.PID:
+        if ch.closed:
+            for life in lives:
+                life._closed()
+            raise StateError("destroy: the id's event channel is closed (the kernel destroyed its ids then)")
+        ch._check()
+    one = len(lives) == 1
+    pool = ch._destroy_replies
+    try:  # one id (destroy()): the channel's reply buffer, when no other thread has it
+        reply = pool.pop() if one else ReplyBuffer(_N_DESTROY_REPLY * len(lives))
+    except IndexError:
+        reply = ReplyBuffer(_N_DESTROY_REPLY)
+    at = reply.address
+    try:  # no call of an id from here on; its events read meanwhile stay its
+        if one:
+            first._call(_DESTROY_CALL, _DESTROY_CMD(_H_DESTROY, at, first.handle, 0), "DESTROY_ID", _NO_CONTEXT)
+            reported = [reply.u32[0]]
+            pool.append(reply)
+        else:
+            data = [_DESTROY_CMD(_H_DESTROY, a, life.handle, 0)
+                    for a, life in zip(range(at, at + _N_DESTROY_REPLY * len(lives), _N_DESTROY_REPLY), lives)]
+            first._call(_DESTROY_CALL, data[0], "DESTROY_ID", _NO_CONTEXT, zip(lives[1:], data[1:]))
+            reported = reply.u32.tolist()
+    except BaseException:  # the ids before the refused one are destroyed: they leave too
+        done = 0
+        while lives[done]._state is _DESTROYED:
+            done += 1
+        if ch.closed:  # refused because closed: closing the channel destroyed them anyway
+            for life in lives[done:]:
+                life._closed()
+        if one:
+            pool.append(reply)
+        if done:
+            gone(ch, lives[:done])
+        raise
+    gone(ch, lives)
+    return reported
+
+
+def gone(ch: Any, lives: Sequence["Life"]) -> None:
+    """DESTROY_ID returned for ``lives``: off the channel's registry (the kernel queues no event
+    of them from now on, and one that a reader took before, counted in events_reported, must
+    still find its id -- in the grave while that reader holds the guard); the waits for their
+    events, and their memberships', end (``Channel._ended``)."""
+    reg = ch.registry
+    groups = reg.destroyed(lives, not ch._reader_slot)  # their groups go with them
+    if ch._waits or ch._queued:
+        ch._ended([*(life.uid for life in lives), *groups], "destroyed")
+    if ch._wait_first and not reg.ids:  # a sync id's channel is its own: closed with its last id
+        ch.close()  # (a sync listener's rejected request must not close the listener's)
 
 
 def ack(event: Any) -> None:

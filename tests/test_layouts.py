@@ -9,6 +9,7 @@ import importlib
 import json
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -167,7 +168,9 @@ def _doc_examples():
             if line.strip() == "```python":
                 start = no
             elif line.strip() == "```" and start is not None:
-                out.append(("%s:%d" % (path.relative_to(ROOT), start), "\n".join(lines[start:no - 1]) + "\n"))
+                # a block in a list item is indented with it
+                out.append(("%s:%d" % (path.relative_to(ROOT), start),
+                            textwrap.dedent("\n".join(lines[start:no - 1]) + "\n")))
                 start = None
     return out
 

@@ -27,7 +27,7 @@ from .. import abi, wire
 from .channel import Channel
 from .device import ReplyBuffer
 from .events import Event
-from .life import _DESTROY_CALL, _DESTROY_CMD, _H_DESTROY, _N_DESTROY_REPLY, _NO_CONTEXT, Life, create_all, gone
+from .life import _DESTROY_CALL, _DESTROY_CMD, _H_DESTROY, _N_DESTROY_REPLY, _NO_CONTEXT, Life, create_all, ended
 from .membership import Membership
 from .params import check_int, conn_param, port_space, private_data_for
 from .router import TAKES, Waiter
@@ -155,7 +155,7 @@ class CmId(Life):
             reply = ReplyBuffer(_N_DESTROY_REPLY)
         try:  # no call of the id from here on; its events read meanwhile stay its
             self._call(_DESTROY_CALL, _DESTROY_CMD(_H_DESTROY, reply.address, self.handle, 0), "DESTROY_ID",
-                       _NO_CONTEXT)
+                       _NO_CONTEXT, ())
         except BaseException:
             pool.append(reply)
             if ch.closed:  # refused because closed: closing the channel destroyed it anyway
@@ -163,7 +163,9 @@ class CmId(Life):
             raise
         reported: int = reply.u32[0]
         pool.append(reply)
-        gone(ch, (self,))
+        groups = ch.registry.destroyed(self, not ch._reader_slot)  # the leaving of life.gone, for one id
+        if ch._waits or ch._queued or ch._wait_first:
+            ended(ch, [self.uid, *groups])
         if self._unacked:
             warnings.warn(unacked_warning([self], True), stacklevel=2)
         return reported

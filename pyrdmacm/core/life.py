@@ -32,7 +32,7 @@ _E = TypeVar("_E")
 _L = TypeVar("_L", bound="Life")
 
 
-__all__ = ["Life", "ack", "create_all", "destroy_all", "gone"]
+__all__ = ["Life", "ack", "create_all", "destroy_all", "ended", "gone"]
 
 _IDLE, _DESTROYED, _DESTROY_CALL = State.IDLE, State.DESTROYED, Call.DESTROY
 _DISCONNECT = wire.DISCONNECT
@@ -431,16 +431,26 @@ def destroy_all(lives: Sequence["Life"]) -> List[int]:
 
 
 def gone(ch: Any, lives: Sequence["Life"]) -> None:
-    """DESTROY_ID returned for ``lives``: off the channel's registry (the kernel queues no event
-    of them from now on, and one that a reader took before, counted in events_reported, must
-    still find its id -- in the grave while that reader holds the guard); the waits for their
-    events, and their memberships', end (``Channel._ended``)."""
+    """DESTROY_ID returned for ``lives``: each leaves the channel's registry (the kernel queues
+    no event of it from now on, and one that a reader took before, counted in
+    events_reported, must still find its id -- in the grave while that reader holds the
+    guard), and :func:`ended` says what else that ends."""
     reg = ch.registry
-    groups = reg.destroyed(lives, not ch._reader_slot)  # their groups go with them
+    holds = not ch._reader_slot
+    groups = [uid for life in lives for uid in reg.destroyed(life, holds)]  # their groups go with them
+    if ch._waits or ch._queued or ch._wait_first:
+        ended(ch, [*(life.uid for life in lives), *groups])
+
+
+def ended(ch: Any, uids: List[int]) -> None:
+    """Ids (and memberships) of ``ch`` destroyed, by their ``uids``: the waits for their events
+    end (``Channel._ended``), and a sync id's channel, its own, closes with its last id (a
+    sync listener's rejected request must not close the listener's).  One id's destroy()
+    asks only when the channel has waits, kept events or is a sync id's."""
     if ch._waits or ch._queued:
-        ch._ended([*(life.uid for life in lives), *groups], "destroyed")
-    if ch._wait_first and not reg.ids:  # a sync id's channel is its own: closed with its last id
-        ch.close()  # (a sync listener's rejected request must not close the listener's)
+        ch._ended(uids, "destroyed")
+    if ch._wait_first and not ch.registry.ids:
+        ch.close()
 
 
 def ack(event: Any) -> None:

@@ -139,21 +139,19 @@ class Registry(Generic[_I]):
             self.mcs.pop(m.uid, None)
 
     # -- death
-    def destroyed(self, ids: Sequence[_I], reader_holds: bool) -> Sequence[int]:
-        """DESTROY_ID returned for ``ids``: they leave (into the grave while a reader holds the
-        guard), and their memberships with them.  The uids of those memberships (whose waits
-        end with the ids'): none, nearly always, and then nothing is made."""
-        live, grave = self.ids, self.grave
-        for cm_id in ids:
-            uid = cm_id.uid
-            if not uid:  # a request not answered yet: on no registry but unanswered
-                self.unanswered.discard(cm_id)
-            elif reader_holds:
-                grave[uid] = cm_id
-            live.pop(uid, None)
+    def destroyed(self, cm_id: _I, reader_holds: bool) -> Sequence[int]:
+        """DESTROY_ID returned: the id leaves (into the grave while a reader holds the guard),
+        and its memberships with it.  The uids of those memberships (whose waits end with the
+        id's): none, nearly always, and then nothing is made."""
+        uid = cm_id.uid
+        if not uid:  # a request not answered yet: on no registry but unanswered
+            self.unanswered.discard(cm_id)
+        elif reader_holds:
+            self.grave[uid] = cm_id
+        self.ids.pop(uid, None)
         if not self.mcs:
             return ()
-        groups = [g for cm_id in ids for g in cm_id._group_uids()]
+        groups = cm_id._group_uids()
         for m in groups:
             self.mcs.pop(m, None)
         return groups

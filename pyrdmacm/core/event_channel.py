@@ -29,6 +29,7 @@ from ..state import Call, State, rules_for
 _PS_TCP = abi.PortSpace.TCP
 _TCP_RC = rules_for(_PS_TCP, abi.QpType.RC)
 _new_object = object.__new__
+_DESTROYED = State.DESTROYED
 _monotonic = time.monotonic
 _CMD = wire.COMMAND
 _H_RESOLVE_ADDR, _H_RESOLVE_ROUTE = _CMD["RESOLVE_ADDR"].header, _CMD["RESOLVE_ROUTE"].header
@@ -91,7 +92,7 @@ class EventChannel(Channel[CmId]):
                 raise StateError("destroy_ids: the event channel is closed (the kernel destroyed its ids then)")
             self._check()
         try:  # one pass that only says yes or no; _destroy_refusal says what is wrong
-            ok = all([cm_id.channel is self and cm_id._state is not State.DESTROYED for cm_id in ids])
+            ok = all([cm_id.channel is self and cm_id._state is not _DESTROYED for cm_id in ids])
             ok = ok and len(set(ids)) == len(ids)
         except (AttributeError, TypeError):
             ok = False
@@ -102,7 +103,7 @@ class EventChannel(Channel[CmId]):
         try:
             return destroy_all(ids)
         finally:  # one warning for the batch (those destroyed)
-            unacked = [cm_id for cm_id in ids if cm_id._unacked and cm_id._state is State.DESTROYED]
+            unacked = [cm_id for cm_id in ids if cm_id._unacked and cm_id._state is _DESTROYED]
             if unacked:
                 warnings.warn(unacked_warning(unacked), stacklevel=2)
 

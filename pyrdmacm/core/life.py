@@ -358,7 +358,9 @@ def create_all(lives: Sequence["Life"], channel: Any, rules: Rules, context: Any
         _unmade(lives[:made], reply.u32[:made].tolist(), channel)
         if one:
             pool.append(reply)
-        raise channel._refused(e, "CREATE_ID", {}) if isinstance(e, OSError) else e
+        if isinstance(e, OSError):
+            raise channel._refused(e, "CREATE_ID", {}) from None
+        raise
     if one:  # as a rule
         life.handle = reply.u32[0]  # type: ignore[union-attr]
         channel.registry.add(uid, life)
@@ -397,35 +399,24 @@ def destroy_all(lives: Sequence["Life"]) -> List[int]:
                 life._closed()
             raise StateError("destroy: the id's event channel is closed (the kernel destroyed its ids then)")
         ch._check()
-    one = len(lives) == 1
-    pool = ch._destroy_replies
-    try:  # one id (destroy()): the channel's reply buffer, when no other thread has it
-        reply = pool.pop() if one else ReplyBuffer(_N_DESTROY_REPLY * len(lives))
-    except IndexError:
-        reply = ReplyBuffer(_N_DESTROY_REPLY)
+    n = len(lives)
+    reply = ReplyBuffer(_N_DESTROY_REPLY * n)  # each id's events_reported in its own word
     at = reply.address
+    data = [_DESTROY_CMD(_H_DESTROY, a, life.handle, 0)
+            for a, life in zip(range(at, at + _N_DESTROY_REPLY * n, _N_DESTROY_REPLY), lives)]
     try:  # no call of an id from here on; its events read meanwhile stay its
-        if one:
-            first._call(_DESTROY_CALL, _DESTROY_CMD(_H_DESTROY, at, first.handle, 0), "DESTROY_ID", _NO_CONTEXT)
-            reported = [reply.u32[0]]
-            pool.append(reply)
-        else:
-            data = [_DESTROY_CMD(_H_DESTROY, a, life.handle, 0)
-                    for a, life in zip(range(at, at + _N_DESTROY_REPLY * len(lives), _N_DESTROY_REPLY), lives)]
-            first._call(_DESTROY_CALL, data[0], "DESTROY_ID", _NO_CONTEXT, zip(lives[1:], data[1:]))
-            reported = reply.u32.tolist()
+        first._call(_DESTROY_CALL, data[0], "DESTROY_ID", _NO_CONTEXT, zip(lives[1:], data[1:]))
     except BaseException:  # the ids before the refused one are destroyed: they leave too
         done = 0
-        while lives[done]._state is _DESTROYED:
+        while done < n and lives[done]._state is _DESTROYED:
             done += 1
         if ch.closed:  # refused because closed: closing the channel destroyed them anyway
             for life in lives[done:]:
                 life._closed()
-        if one:
-            pool.append(reply)
         if done:
             gone(ch, lives[:done])
         raise
+    reported: List[int] = reply.u32.tolist()
     gone(ch, lives)
     return reported
 

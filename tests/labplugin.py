@@ -49,6 +49,13 @@ RDMA_CM = "/dev/infiniband/rdma_cm"
 BOOT_TIMEOUT = 900.0  # seconds, for a boot that has a core to itself
 # How long each kernel test took last time on each suite, to start the longest boots first.
 BOOT_TIMES = ROOT / "build" / "lab" / "test-times.json"
+#: seconds each kernel test module took on each suite in a CI run (single topology): what a
+#: fresh clone, with no test-times.json yet, divides its long boots by (``shards``)
+MODULE_SECONDS = ROOT / "tests" / "kernel" / "lab-seconds.json"
+#: a single-topology boot expected to take longer than this is split into two boots of whole
+#: modules: its tests wait on the kernel's timers, so two guests side by side share the cores
+#: better than one guest that waits alone
+SPLIT_SECONDS = 300.0
 # Markers evaluated where the test runs (in the guest), not on the host.
 GUEST_MARKERS = {"skip", "skipif", "xfail", "parametrize", "usefixtures", "filterwarnings"}
 
@@ -68,6 +75,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="lab boots side by side: at most N qemu processes at once (a pair "
                          "topology counts two); default from this machine's cores and "
                          f"memory ({default_jobs()} here)")
+    group.addoption("--lab-split", type=float, default=SPLIT_SECONDS, metavar="SECONDS",
+                    help="a single-topology boot expected to take longer is split into two "
+                         f"boots of whole test modules (default {SPLIT_SECONDS:g})")
     group.addoption("--lab-mirror", metavar="URL",
                     help="the Debian mirror to download a lab kernel that is not cached yet "
                          "(default $PYRDMACM_LAB_MIRROR, else the one this machine's apt "
@@ -131,7 +141,7 @@ class LabItem(pytest.Item):
                               if k not in GUEST_MARKERS})
 
     def runtest(self) -> None:
-        boot = self.tier.boot(self.suite, self.topology)
+        boot = self.tier.boot(self)
         outcome, detail = boot.outcome_of(self.original.nodeid)
         if outcome == "skipped":  # reported at the test's own location, not this line
             raise pytest.skip.Exception(f"skipped in the lab ({self.suite}): {detail}",
@@ -157,9 +167,12 @@ class Boot:
     ``done`` is set once its results are read."""
 
     def __init__(self, suite: str, topology: str, nodeids: list[str],
-                 config: pytest.Config, session_dir: Path, timeout: float) -> None:
+                 config: pytest.Config, session_dir: Path, timeout: float, shard: int = 0) -> None:
         self.suite, self.topology, self.nodeids = suite, topology, nodeids
-        self.out = session_dir / f"{suite}-{topology}"
+        #: which boot of its suite and topology this is (``shards``): 0, or 1 and 2
+        self.shard = shard
+        self.label = f"{suite}/{topology}" + (f"#{shard}" if shard else "")
+        self.out = session_dir / (f"{suite}-{topology}" + (f"-{shard}" if shard else ""))
         self.junit = self.out / "junit.xml"
         rootpath = config.rootpath
         args = [str(rootpath / nodeid) for nodeid in nodeids]  # absolute: cwd-independent
@@ -337,6 +350,40 @@ def expected_seconds(boots: list[Boot]) -> dict[Boot, float]:
     return expected
 
 
+def shards(suite: str, nodeids: list[str], split: float = SPLIT_SECONDS) -> list[list[str]]:
+    """A single-topology boot's tests as one boot, or two of whole modules (a module's
+    fixtures and its end are its own) when they are expected to take longer than
+    ``split`` (SPLIT_SECONDS): the modules, longest first, each to the boot expected to end
+    first.
+    Expected: each test's seconds of last time on the suite (test-times.json), else its
+    module's share of what the module took in CI (lab-seconds.json), else 2.5 s."""
+    def load(path: Path) -> dict:
+        try:
+            return json.loads(path.read_text()).get(suite, {})
+        except (OSError, ValueError, AttributeError):
+            return {}
+
+    known, ci = load(BOOT_TIMES), load(MODULE_SECONDS)
+    modules: dict[str, list[str]] = {}
+    for nodeid in nodeids:
+        modules.setdefault(nodeid.split("::")[0], []).append(nodeid)
+    weight = {}
+    for module, ids in modules.items():
+        times = [known.get(n) for n in ids]
+        if all(isinstance(t, (int, float)) for t in times):
+            weight[module] = float(sum(times))
+        else:
+            weight[module] = float(ci.get(module, 2.5 * len(ids)))
+    if sum(weight.values()) <= split or len(modules) < 2:
+        return [nodeids]
+    boot_of: dict[str, int] = {}
+    load_of = [0.0, 0.0]
+    for module in sorted(modules, key=lambda m: -weight[m]):
+        k = boot_of[module] = load_of.index(min(load_of))
+        load_of[k] += weight[module]
+    return [[n for n in nodeids if boot_of[n.split("::")[0]] == k] for k in (0, 1)]  # in their order
+
+
 def record_seconds(boots: list[Boot]) -> None:
     """Remember how long each test of the boots that completed took (``expected_seconds``)."""
     done = [b for b in boots if b.done.is_set() and b.times and not b.failure]
@@ -417,7 +464,7 @@ class Scheduler:
                 self.pending.remove(boot)
                 self.busy += self._cost(boot)
                 worker = threading.Thread(target=self._run, args=(boot,), daemon=True,
-                                          name=f"lab-{boot.suite}-{boot.topology}")
+                                          name=f"lab-{boot.label}")
                 self.workers.append(worker)
                 worker.start()
 
@@ -459,7 +506,9 @@ class KernelTier:
                 raise pytest.UsageError(f"--lab: unknown suite {', '.join(unknown)}; "
                                         f"choose from {', '.join(SUITES)} or all")
         self.lab_items: list[LabItem] = []
-        self.boots: dict[tuple[str, str], Boot] = {}
+        self.boots: dict[tuple[str, str, int], Boot] = {}
+        #: the boot that runs each lab item (by the item's node id)
+        self.boot_of: dict[str, Boot] = {}
         self.scheduler: Scheduler | None = None
         self.ran = {suite: 0 for suite in self.suites}
         jobs = config.getoption("--lab-jobs")
@@ -511,15 +560,25 @@ class KernelTier:
         if self.scheduler is not None or not self.lab_items:
             return
         tests: dict[tuple[str, str], list[str]] = {}
+        items: dict[tuple[str, str], list[LabItem]] = {}
         for item in self.lab_items:
             tests.setdefault((item.suite, item.topology), []).append(item.original.nodeid)
+            items.setdefault((item.suite, item.topology), []).append(item)
         jobs = self.config.getoption("--lab-jobs") or default_jobs()
         # boots side by side share the cores: each one takes longer
         timeout = (self.config.getoption("--lab-timeout")
                    or BOOT_TIMEOUT * max(1.0, jobs / usable_cores()))
         for (suite, topology), nodeids in tests.items():
-            self.boots[(suite, topology)] = Boot(suite, topology, list(dict.fromkeys(nodeids)),
-                                                 self.config, self.session_dir(), timeout)
+            nodeids = list(dict.fromkeys(nodeids))
+            parts = (shards(suite, nodeids, self.config.getoption("--lab-split")) if topology == "single"
+                     else [nodeids])
+            for k, part in enumerate(parts, 1 if len(parts) > 1 else 0):
+                boot = Boot(suite, topology, part, self.config, self.session_dir(), timeout, k)
+                self.boots[(suite, topology, k)] = boot
+                mine = set(part)
+                for item in items[(suite, topology)]:
+                    if item.original.nodeid in mine:
+                        self.boot_of[item.nodeid] = boot
         self.scheduler = Scheduler(list(self.boots.values()), jobs)
         self.scheduler.start()
 
@@ -528,10 +587,10 @@ class KernelTier:
         if not session.config.option.collectonly:
             self.start_boots()
 
-    def boot(self, suite: str, topology: str) -> Boot:
+    def boot(self, item: "LabItem") -> Boot:
         """The boot of a lab item, once it has finished."""
         self.start_boots()
-        boot = self.boots[(suite, topology)]
+        boot = self.boot_of[item.nodeid]
         boot.done.wait()
         return boot
 
@@ -580,10 +639,10 @@ class KernelTier:
             terminalreporter.write_line(
                 f"kernel lab: {len(self.boots)} boots, at most {self.scheduler.jobs} qemu "
                 f"processes at once (--lab-jobs)")
-        for (suite, topology), boot in self.boots.items():
+        for boot in self.boots.values():
             if boot.exit is None and boot.proc is None:
-                terminalreporter.write_line(f"kernel lab {suite}/{topology}: not run")
+                terminalreporter.write_line(f"kernel lab {boot.label}: not run")
                 continue
             terminalreporter.write_line(
-                f"kernel lab {suite}/{topology}: exit {boot.exit}, {boot.seconds:.0f} s "
+                f"kernel lab {boot.label}: exit {boot.exit}, {boot.seconds:.0f} s "
                 f"(CPU {boot.cpu_seconds:.0f} s), logs in {boot.out}")

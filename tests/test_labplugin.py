@@ -1,0 +1,44 @@
+"""The kernel tier's division of a long boot into two (tests/labplugin.py's ``shards``)."""
+
+import json
+
+import labplugin
+
+
+def _ids(module, n):
+    return ["tests/kernel/%s.py::test_%d" % (module, k) for k in range(n)]
+
+
+def test_a_short_boot_stays_one(monkeypatch, tmp_path):
+    monkeypatch.setattr(labplugin, "BOOT_TIMES", tmp_path / "none.json")
+    monkeypatch.setattr(labplugin, "MODULE_SECONDS", tmp_path / "none.json")
+    ids = _ids("a", 10) + _ids("b", 10)  # 2.5 s a test: 50 s
+    assert labplugin.shards("sid", ids) == [ids]
+    assert labplugin.shards("sid", _ids("a", 200)) == [_ids("a", 200)]  # one module: never split
+
+
+def test_a_long_boot_is_two_of_whole_modules_balanced_by_what_ci_measured(monkeypatch, tmp_path):
+    seconds = tmp_path / "lab-seconds.json"
+    seconds.write_text(json.dumps({"bullseye": {"tests/kernel/big.py": 400, "tests/kernel/mid.py": 250,
+                                                "tests/kernel/small.py": 150}}))
+    monkeypatch.setattr(labplugin, "BOOT_TIMES", tmp_path / "none.json")
+    monkeypatch.setattr(labplugin, "MODULE_SECONDS", seconds)
+    ids = _ids("small", 30) + _ids("big", 3) + _ids("mid", 5) + _ids("few", 2)
+    a, b = labplugin.shards("bullseye", ids)
+    assert sorted(a + b) == sorted(ids)
+    # longest first, each to the boot that ends first: big (400 s), then mid (250) and small
+    # (150) together, then few (5 s) to the first of two tied at 400
+    assert a == _ids("big", 3) + _ids("few", 2)  # in the order given
+    assert b == _ids("small", 30) + _ids("mid", 5)
+    # another suite: nothing measured, 2.5 s a test: one boot
+    assert labplugin.shards("sid", ids) == [ids]
+
+
+def test_each_tests_own_time_of_last_time_comes_first(monkeypatch, tmp_path):
+    times = tmp_path / "test-times.json"
+    ids = _ids("a", 2) + _ids("b", 2) + _ids("c", 2)
+    times.write_text(json.dumps({"sid": {ids[0]: 200, ids[1]: 10, ids[2]: 100, ids[3]: 100, ids[4]: 1, ids[5]: 1}}))
+    monkeypatch.setattr(labplugin, "BOOT_TIMES", times)
+    monkeypatch.setattr(labplugin, "MODULE_SECONDS", tmp_path / "none.json")
+    assert labplugin.shards("sid", ids) == [ids[0:2], ids[2:4] + ids[4:6]]
+    assert labplugin.shards("sid", ids, split=1000) == [ids]

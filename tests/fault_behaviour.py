@@ -173,11 +173,13 @@ def test_a_signal_just_before_poll_begins_ends_the_wait_at_once(world: World, se
             os.close(fd)
 
 
+@pytest.mark.parametrize("read", ["get_event", "get_batch"])
 @pytest.mark.parametrize("looked_first", [False, True], ids=["first-look", "after-an-empty-look"])
 @pytest.mark.parametrize("timeout", [None, 30.0])
-def test_close_wakes_a_thread_waiting_for_events(world: World, timeout, looked_first):
+def test_close_wakes_a_thread_waiting_for_events(world: World, timeout, looked_first, read):
     """Both waits: the first look's EAGAIN then poll(), and the poll() first that follows a
-    look which found the queue empty."""
+    look which found the queue empty; get_event's, and get_batch's (which made nothing to
+    lose)."""
     ch = world.channel()
     other = world.channel()
     CmId(ch).resolve_addr(world.silent, timeout_ms=20000)  # an id with a pending resolution
@@ -187,7 +189,7 @@ def test_close_wakes_a_thread_waiting_for_events(world: World, timeout, looked_f
 
     def waiter():
         try:
-            got.append(ch.get_event(timeout))
+            got.append(ch.get_event(timeout) if read == "get_event" else ch.get_batch(64, timeout))
         except BaseException as e:
             got.append(e)
 

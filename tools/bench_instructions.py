@@ -60,7 +60,7 @@ def child(impl: str, n: int, connections: bool, batch: bool = False) -> None:
     bd.time = Marks
     dst = pyrdmacm.parse_address("10.0.0.2:7099" if connections else "10.0.0.2")
     if batch:
-        fn = bd.direct_batch_bare if impl == "bare" else bd.direct_batch_pyrdmacm
+        fn = (lambda n, dst: bd.direct_bare(n, dst, batch=True)) if impl == "bare" else bd.direct_batch_pyrdmacm
     else:
         fns = {("bare", False): bd.direct_bare, ("bare", True): bd.direct_connections_bare}
         fn = fns.get((impl, connections)) or (bd.direct_connections_pyrdmacm if connections else bd.direct_pyrdmacm)

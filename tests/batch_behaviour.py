@@ -5,7 +5,9 @@ event, against what get_event gives for the same calls.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from typing import Iterator
 
 import pytest
 
@@ -188,6 +190,26 @@ def test_a_refusal_in_a_call_for_many_ids_stops_there(world: World):
         ch.destroy_ids([a, b, c])
 
 
+@contextlib.contextmanager
+def third_write_refused(ch: EventChannel, err: int) -> Iterator[list]:
+    """The channel's writes, the third refused with ``err`` (a refusal midway, in both tiers);
+    yields the commands written (the refused one included)."""
+    real = ch._write
+    seen: list = []
+
+    def refuse_third(data):
+        seen.append(data)
+        if len(seen) == 3:
+            raise OSError(err, "refused for the test")
+        return real(data)
+
+    ch._write = refuse_third  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        ch._write = real  # type: ignore[method-assign]
+
+
 def test_destroy_ids_refused_midway_destroys_the_ids_before(world: World):
     """A DESTROY_ID refused in the middle of destroy_ids (here by a write that refuses the
     third): the two before it are destroyed and off the channel, the rest untouched and
@@ -196,21 +218,8 @@ def test_destroy_ids_refused_midway_destroys_the_ids_before(world: World):
 
     with world.channel() as ch:
         ids = ch.create_ids(5)
-        real = ch._write
-        seen = []
-
-        def refuse_third(data):
-            seen.append(data)
-            if len(seen) == 3:
-                raise OSError(_errno.EIO, "refused for the test")
-            return real(data)
-
-        ch._write = refuse_third  # type: ignore[method-assign]
-        try:
-            with pytest.raises(Exception) as err:
-                ch.destroy_ids(ids)
-        finally:
-            ch._write = real  # type: ignore[method-assign]
+        with third_write_refused(ch, _errno.EIO), pytest.raises(Exception) as err:
+            ch.destroy_ids(ids)
         assert "uid %d of a call for many ids was refused" % ids[2].uid in " ".join(getattr(err.value, "__notes__", []))
         assert [i.state for i in ids] == [State.DESTROYED] * 2 + [State.IDLE] * 3
         assert ch.ids == ids[2:]
@@ -227,21 +236,8 @@ def test_create_ids_refused_midway_leaves_no_id(world: World):
 
     with world.channel() as ch:
         keep = ch.create_id()
-        real = ch._write
-        seen = []
-
-        def refuse_third(data):
-            seen.append(data)
-            if len(seen) == 3:
-                raise OSError(_errno.EMFILE, "refused for the test")
-            return real(data)
-
-        ch._write = refuse_third  # type: ignore[method-assign]
-        try:
-            with pytest.raises(KernelError) as err:
-                ch.create_ids(5)
-        finally:
-            ch._write = real  # type: ignore[method-assign]
+        with third_write_refused(ch, _errno.EMFILE) as seen, pytest.raises(KernelError) as err:
+            ch.create_ids(5)
         assert err.value.errno == _errno.EMFILE and "CREATE_ID" in str(err.value)
         assert len(seen) == 5  # three CREATE_IDs (the third refused), then a DESTROY_ID for each of the two made
         assert ch.ids == [keep]

@@ -155,7 +155,7 @@ class CmId(Life):
             reply = ReplyBuffer(_N_DESTROY_REPLY)
         try:  # no call of the id from here on; its events read meanwhile stay its
             self._call(_DESTROY_CALL, _DESTROY_CMD(_H_DESTROY, reply.address, self.handle, 0), "DESTROY_ID",
-                       _NO_CONTEXT, ())
+                       _NO_CONTEXT)
         except BaseException:
             pool.append(reply)
             if ch.closed:  # refused because closed: closing the channel destroyed it anyway

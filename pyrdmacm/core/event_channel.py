@@ -53,7 +53,7 @@ class EventChannel(Channel[CmId]):
         as ``CmId(channel, ps, ...)``."""
         if ps is _PS_TCP and qp_type is None and context is None and self._live == _process.PID:
             cm_id: CmId = _new_object(CmId)  # what CmId() does, without its checks
-            create_all((cm_id,), self, _TCP_RC, None, False)
+            create_all((cm_id,), self, _TCP_RC)
             return cm_id
         return CmId(self, ps, qp_type=qp_type, context=context)
 

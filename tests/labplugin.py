@@ -10,7 +10,8 @@ our own tools, whose outcome does not depend on the kernel: it runs once, not pe
   kernel test becomes one item per suite, ``test_x[lab-SUITE]``. Each (suite, topology)
   needed is one boot of the lab, running pytest in the guest on all the kernel tests of
   that topology. The boots start with the session and run side by side in the background
-  (``Scheduler``: at most ``--lab-jobs`` qemu processes at once, the longest boots first),
+  (``Scheduler``: at most ``--lab-jobs`` qemu processes at once, the pairs first, the fabric
+  last, otherwise the longest boots first),
   while the host's own tests run; an item waits for its boot, then reports its own outcome
   from the guest's junit XML (a boot that failed fails each of its items);
 - on a host that has rdma_cm itself: directly (topology "single" only);
@@ -49,8 +50,9 @@ RDMA_CM = "/dev/infiniband/rdma_cm"
 BOOT_TIMEOUT = 900.0  # seconds, for a boot that has a core to itself
 # How long each kernel test took last time on each suite, to start the longest boots first.
 BOOT_TIMES = ROOT / "build" / "lab" / "test-times.json"
-#: seconds each kernel test module took on each suite in a CI run (single topology): what a
-#: fresh clone, with no test-times.json yet, divides its long boots by (``shards``)
+#: seconds each kernel test module took in a CI run, per suite and topology (summed from the
+#: boots' junit XML): what a fresh clone, with no test-times.json yet, orders its boots
+#: (``Scheduler``) and divides its long boots (``shards``) by
 MODULE_SECONDS = ROOT / "tests" / "kernel" / "lab-seconds.json"
 #: a single-topology boot expected to take longer than this is split into two boots of whole
 #: modules: its tests wait on the kernel's timers, so two guests side by side share the cores
@@ -327,43 +329,25 @@ def default_jobs() -> int:
     return max(1, jobs)
 
 
-def expected_seconds(boots: list[Boot]) -> dict[Boot, float]:
-    """Each boot's expected duration: the set-up of a boot plus its tests' times of last time
-    on that suite (build/lab/test-times.json); a test never timed (a fresh clone, as CI's)
-    counts what such a test took on average in CI: 2.5 s alone, 7 s in a pair (its tests
-    wait for TIME_WAIT and the peer), 40 s multihomed (each compares many predictions with
-    the kernel), 120 s in the fabric (four guests' runs of the mesh), so that the longest
-    boots start first there too."""
+def _times(path: Path, *keys: str) -> dict:
     try:
-        times = json.loads(BOOT_TIMES.read_text())
-    except (OSError, ValueError):
-        times = {}
-    expected = {}
-    for boot in boots:
-        known = times.get(boot.suite, {})
-        guess = {"pair": 7.0, "multihomed": 40.0, "fabric": 120.0}.get(boot.topology, 2.5)
-        total = 30.0  # the boot, the guest's pytest start
-        for nodeid in boot.nodeids:
-            seconds = known.get(nodeid, guess)
-            total += seconds if isinstance(seconds, (int, float)) else guess
-        expected[boot] = total
-    return expected
+        times = json.loads(path.read_text())
+        for key in keys:
+            times = times.get(key, {})
+        return times if isinstance(times, dict) else {}
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
-def shards(suite: str, nodeids: list[str], split: float = SPLIT_SECONDS) -> list[list[str]]:
-    """A single-topology boot's tests as one boot, or two of whole modules (a module's
-    fixtures and its end are its own) when they are expected to take longer than
-    ``split`` (SPLIT_SECONDS): the modules, longest first, each to the boot expected to end
-    first.
-    Expected: each test's seconds of last time on the suite (test-times.json), else its
-    module's share of what the module took in CI (lab-seconds.json), else 2.5 s."""
-    def load(path: Path) -> dict:
-        try:
-            return json.loads(path.read_text()).get(suite, {})
-        except (OSError, ValueError, AttributeError):
-            return {}
-
-    known, ci = load(BOOT_TIMES), load(MODULE_SECONDS)
+def module_seconds(suite: str, topology: str, nodeids: list[str]) -> dict[str, float]:
+    """What each module of ``nodeids`` is expected to take on ``suite``: its tests' seconds
+    of last time (build/lab/test-times.json) where every one was timed, else what the module
+    took in CI (tests/kernel/lab-seconds.json, what a fresh clone has), else a guess per
+    test of what such a test took on average in CI: 2.5 s alone, 7 s in a pair (its tests
+    wait for TIME_WAIT and the peer), 40 s multihomed (each compares many predictions with
+    the kernel), 120 s in the fabric (four guests' runs of the mesh)."""
+    known, ci = _times(BOOT_TIMES, suite), _times(MODULE_SECONDS, suite, topology)
+    guess = {"pair": 7.0, "multihomed": 40.0, "fabric": 120.0}.get(topology, 2.5)
     modules: dict[str, list[str]] = {}
     for nodeid in nodeids:
         modules.setdefault(nodeid.split("::")[0], []).append(nodeid)
@@ -372,13 +356,31 @@ def shards(suite: str, nodeids: list[str], split: float = SPLIT_SECONDS) -> list
         times = [known.get(n) for n in ids]
         if all(isinstance(t, (int, float)) for t in times):
             weight[module] = float(sum(times))
+        elif isinstance(ci.get(module), (int, float)):
+            weight[module] = float(ci[module])
         else:
-            weight[module] = float(ci.get(module, 2.5 * len(ids)))
-    if sum(weight.values()) <= split or len(modules) < 2:
+            weight[module] = guess * len(ids)
+    return weight
+
+
+def expected_seconds(boots: list[Boot]) -> dict[Boot, float]:
+    """Each boot's expected duration: 30 s for the boot and the guest's pytest start, and
+    its modules' ``module_seconds``."""
+    return {boot: 30.0 + sum(module_seconds(boot.suite, boot.topology, boot.nodeids).values())
+            for boot in boots}
+
+
+def shards(suite: str, nodeids: list[str], split: float = SPLIT_SECONDS) -> list[list[str]]:
+    """A single-topology boot's tests as one boot, or two of whole modules (a module's
+    fixtures and its end are its own) when they are expected (``module_seconds``) to take
+    longer than ``split`` (SPLIT_SECONDS): the modules, longest first, each to the boot
+    expected to end first."""
+    weight = module_seconds(suite, "single", nodeids)
+    if sum(weight.values()) <= split or len(weight) < 2:
         return [nodeids]
     boot_of: dict[str, int] = {}
     load_of = [0.0, 0.0]
-    for module in sorted(modules, key=lambda m: -weight[m]):
+    for module in sorted(weight, key=lambda m: -weight[m]):
         k = boot_of[module] = load_of.index(min(load_of))
         load_of[k] += weight[module]
     return [[n for n in nodeids if boot_of[n.split("::")[0]] == k] for k in (0, 1)]  # in their order
@@ -416,22 +418,31 @@ BOOT_GAP = 5.0
 
 class Scheduler:
     """Runs the session's boots side by side, at most ``jobs`` qemu processes at once (a
-    pair counts two, yet runs even when ``jobs`` is 1), the longest first, BOOT_GAP seconds
+    pair counts two, yet runs even when ``jobs`` is 1), in ``order``, BOOT_GAP seconds
     apart; a boot that does not fit while others run lets a smaller one start. Independent
     of pytest's own loop: the boots proceed while the host's tests and the reports of
     earlier boots run."""
 
     def __init__(self, boots: list[Boot], jobs: int) -> None:
         self.jobs = jobs
-        # the longest first, so that no long one is left for the end while slots idle
         expected = expected_seconds(boots)
-        self.pending = sorted(boots, key=lambda b: -expected[b])
+        self.pending = sorted(boots, key=lambda b: self.order(b, expected[b]))
         self.boots = list(boots)
         self.busy = 0
         self.stopped = False
         self.cond = threading.Condition()
         self.thread = threading.Thread(target=self._loop, name="lab-scheduler", daemon=True)
         self.workers: list[threading.Thread] = []
+
+    def order(self, boot: Boot, expected: float) -> tuple:
+        """The order boots start in. A boot that takes every slot (the fabric) last: it waits
+        for all the others anyway. Before it, the boots of two qemu processes (the pairs)
+        first: started among single boots, each would wait for two slots free at once while
+        one idles (measured in CI: the four pairs, left to the end, ran one after the other
+        beside one idle slot for 900 s). Among equals, the longest first, so that no long
+        one is left for the end while slots idle."""
+        cost = self._cost(boot)
+        return (cost >= self.jobs > 1, -cost, -expected)
 
     def start(self) -> None:
         self.thread.start()

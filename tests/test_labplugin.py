@@ -1,4 +1,5 @@
-"""The kernel tier's division of a long boot into two (tests/labplugin.py's ``shards``)."""
+"""The kernel tier's plan (tests/labplugin.py): the division of a long boot into two
+(``shards``), what each boot is expected to take, the order boots start in."""
 
 import json
 
@@ -19,8 +20,8 @@ def test_a_short_boot_stays_one(monkeypatch, tmp_path):
 
 def test_a_long_boot_is_two_of_whole_modules_balanced_by_what_ci_measured(monkeypatch, tmp_path):
     seconds = tmp_path / "lab-seconds.json"
-    seconds.write_text(json.dumps({"bullseye": {"tests/kernel/big.py": 400, "tests/kernel/mid.py": 250,
-                                                "tests/kernel/small.py": 150}}))
+    seconds.write_text(json.dumps({"bullseye": {"single": {
+        "tests/kernel/big.py": 400, "tests/kernel/mid.py": 250, "tests/kernel/small.py": 150}}}))
     monkeypatch.setattr(labplugin, "BOOT_TIMES", tmp_path / "none.json")
     monkeypatch.setattr(labplugin, "MODULE_SECONDS", seconds)
     ids = _ids("small", 30) + _ids("big", 3) + _ids("mid", 5) + _ids("few", 2)
@@ -42,3 +43,40 @@ def test_each_tests_own_time_of_last_time_comes_first(monkeypatch, tmp_path):
     monkeypatch.setattr(labplugin, "MODULE_SECONDS", tmp_path / "none.json")
     assert labplugin.shards("sid", ids) == [ids[0:2], ids[2:4] + ids[4:6]]
     assert labplugin.shards("sid", ids, split=1000) == [ids]
+
+
+class _Boot:
+    def __init__(self, label, topology, seconds):
+        self.label, self.suite, self.topology = label, "sid", topology
+        self.nodeids = ["tests/kernel/%s.py::test_0" % label]
+        self.qemus = labplugin.QEMUS.get(topology, 1)
+        self.seconds = seconds
+
+
+def test_pairs_start_first_the_fabric_last_otherwise_the_longest(monkeypatch, tmp_path):
+    times = tmp_path / "test-times.json"
+    boots = [_Boot("short", "single", 50), _Boot("fabric", "fabric", 900), _Boot("long", "single", 600),
+             _Boot("pair", "pair", 100), _Boot("multihomed", "multihomed", 200),
+             _Boot("longpair", "pair", 300)]
+    times.write_text(json.dumps({"sid": {b.nodeids[0]: b.seconds for b in boots}}))
+    monkeypatch.setattr(labplugin, "BOOT_TIMES", times)
+    order = [b.label for b in labplugin.Scheduler(boots, 3).pending]
+    assert order == ["longpair", "pair", "long", "multihomed", "short", "fabric"]
+    # one qemu at a time: every boot takes every slot, so only the longest first counts
+    order = [b.label for b in labplugin.Scheduler(boots, 1).pending]
+    assert order == ["fabric", "long", "longpair", "multihomed", "pair", "short"]
+
+
+def test_a_fresh_clone_expects_what_ci_measured_per_topology(monkeypatch, tmp_path):
+    seconds = tmp_path / "lab-seconds.json"
+    seconds.write_text(json.dumps({"sid": {"pair": {"tests/kernel/a.py": 200},
+                                           "single": {"tests/kernel/a.py": 20}}}))
+    monkeypatch.setattr(labplugin, "BOOT_TIMES", tmp_path / "none.json")
+    monkeypatch.setattr(labplugin, "MODULE_SECONDS", seconds)
+    ids = _ids("a", 3) + _ids("b", 2)
+    assert labplugin.module_seconds("sid", "pair", ids) == {"tests/kernel/a.py": 200.0,
+                                                            "tests/kernel/b.py": 14.0}  # 7 s a test
+    assert labplugin.module_seconds("sid", "single", ids) == {"tests/kernel/a.py": 20.0,
+                                                              "tests/kernel/b.py": 5.0}
+    assert labplugin.module_seconds("bullseye", "single", ids) == {"tests/kernel/a.py": 7.5,
+                                                                   "tests/kernel/b.py": 5.0}

@@ -198,7 +198,55 @@ def test_merge_joins_two_hosts_runs(capsys, on_b, tmp_path):
     assert code == 3 and "nope.json" in err
     (tmp_path / "junk.json").write_text("hello\n")
     code, out, err = run(capsys, "mesh", "--merge", str(tmp_path / "junk.json"))
-    assert code == 3 and "junk.json line 1 is not JSON" in err
+    assert code == 3 and "junk.json line 1: not JSON" in err
+
+
+def test_merge_refuses_each_damaged_line_naming_it_and_merges_the_rest(capsys, tmp_path):
+    """Runs gathered from many hosts get damaged: each line whose field has the wrong type
+    (or that is no run's output) is one line on stderr naming the file, the line and the
+    field; the good lines still merge; the summary counts the refused; exit 3."""
+    T = ["10.1.0.1", "10.1.0.2"]
+    good = [Cell(host="x", rail="eth1", target=t, dst=t, src=T[0], outcome="no-listener", status=8) for t in T]
+    path = _run_file(tmp_path / "x.json", "x", good, T)
+    cell = good[0].to_json()
+    damaged = [({"status": "bad"}, "field 'status' is \"bad\", not an integer or null"),
+               ({"ms": "fast"}, "field 'ms' is \"fast\", not an object of numbers"),
+               ({"ms": {"addr": "fast"}}, "field 'ms' is {\"addr\": \"fast\"}, not an object of numbers"),
+               ({"src": 5}, "field 'src' is 5, not a string or null"),
+               ({"why": [1, 2]}, "field 'why' is [1, 2], not a list of strings"),
+               ({"host": [1]}, "field 'host' is [1], not a string"),
+               ({"port": True}, "field 'port' is true, not an integer or null")]
+    lines = [json.dumps({"schema": 1, "cell": dict(cell, target="t%d" % k, **bad)}) for k, (bad, _) in enumerate(damaged)]
+    lines += [json.dumps({"schema": 1, "cell": None}), json.dumps({"schema": 1, "summary": {"rows": 5}}),
+              json.dumps({"schema": 1, "summary": ["x"]}), "[" * 100000, "{\"schema\": 1, \"cell\": {"]
+    says = [w for _, w in damaged] + ["\"cell\" is null, not a JSON object",
+                                      "the summary's 'rows' is 5, not a list of strings",
+                                      "\"summary\" is [\"x\"], not a JSON object",
+                                      "not JSON (nested too deep)", "not JSON (Expecting"]
+    with open(path, "a") as f:
+        f.write("\n".join(lines) + "\n")
+    (tmp_path / "bin.json").write_bytes(b"\xff\xfe{}\n")
+    (tmp_path / "empty.json").write_text("\n")
+    files = [path, str(tmp_path / "bin.json"), str(tmp_path / "empty.json"), str(tmp_path / "gone.json")]
+    code, out, err = run(capsys, "mesh", "--merge", *files, "--json")
+    assert code == 3, err
+    errs = err.splitlines()
+    assert len(errs) == len(says) + 3 and "Traceback" not in err
+    for k, (line, want) in enumerate(zip(errs, says)):
+        assert line.startswith("pyrdmacm: --merge: refused %s line %d: " % (path, 4 + k)) and want in line, line
+    assert errs[-3:] == ["pyrdmacm: --merge: refused %s: not UTF-8 text (invalid start byte): give the output of "
+                         "`pyrdmacm mesh --json`" % files[1],
+                         "pyrdmacm: --merge: refused %s holds no cells: give the output of `pyrdmacm mesh --json`"
+                         % files[2],
+                         "pyrdmacm: --merge: refused %s: No such file or directory" % files[3]]
+    assert sorted(c["target"] for c in _cells(out)) == T  # the good lines merged
+    summary = json.loads(out.splitlines()[-1])
+    assert summary["summary"]["refused"] == len(says) + 3 and summary["exit"] == 3
+    code, out, err = run(capsys, "mesh", "--merge", *files)
+    assert code == 3 and "%d lines or files of the input refused" % (len(says) + 3) in out
+    code, out, err = run(capsys, "mesh", "--merge", *files[1:])
+    assert code == 3 and out == "" and err.splitlines()[-1] == "pyrdmacm: --merge: no cells to merge in %s" % (
+        ", ".join(files[1:]))
 
 
 def test_bad_input_is_refused_naming_it(capsys, on_b):

@@ -58,7 +58,8 @@ def _outputs(args: argparse.Namespace, m: Any, code: int, started: float) -> int
     ok = sum(1 for c in cells if c.ok)
     if args.json:
         json_line({"summary": {"cells": len(cells), "ok": ok, "failed": len(cells) - ok,
-                               "rows": ["%s/%s" % r for r in m.rows], "targets": m.columns,
+                               "refused": len(m.refused), "rows": ["%s/%s" % r for r in m.rows],
+                               "targets": m.columns,
                                "seconds": round(time.monotonic() - started, 3)}, "exit": code})
     else:
         from ..mesh import render  # not for JSON: the SVG's escaping brings in urllib (a tenth of a second)
@@ -71,15 +72,17 @@ def _merge(args: argparse.Namespace) -> int:
     from ..mesh import merge
 
     started = time.monotonic()
-    try:
-        m = merge(args.merge)
-    except (OSError, ValueError) as e:
-        _err("--merge: %s" % (e if not isinstance(e, OSError) else "%s: %s" % (e.filename, e.strerror or e)))
+    m = merge(args.merge)
+    for why in m.refused:  # each on its own line; the rest is merged all the same
+        _err("--merge: refused %s" % why)
+    if not m.cells:
+        _err("--merge: no cells to merge in %s" % ", ".join(args.merge))
         return EXIT_USAGE
     if args.json:
         for c in m.cells.values():
             json_line({"cell": c.to_json()})
-    return _outputs(args, m, EXIT_OK if not m.failed else EXIT_EVENT, started)
+    code = EXIT_USAGE if m.refused else EXIT_OK if not m.failed else EXIT_EVENT
+    return _outputs(args, m, code, started)
 
 
 def cmd_mesh(args: argparse.Namespace) -> int:

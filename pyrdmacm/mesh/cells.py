@@ -119,17 +119,85 @@ class Cell:
         return out
 
     @classmethod
-    def from_json(cls, d: Dict[str, Any]) -> "Cell":
-        """A cell as :meth:`to_json` wrote it (ValueError naming what is wrong)."""
-        from dataclasses import fields
-
-        names = {f.name for f in fields(cls)}
-        missing = {"host", "rail", "target", "outcome"} - set(d)
+    def from_json(cls, d: Any) -> "Cell":
+        """A cell as :meth:`to_json` wrote it, each field's value checked against the
+        field's own annotation above (the one statement of its type); keys it does not know
+        are left out (a newer writer's).  ValueError naming the field and what is wrong."""
+        if not isinstance(d, dict):
+            raise ValueError("\"cell\" is %s, not a JSON object" % shown(d))
+        missing = [k for k in ("host", "rail", "target", "outcome") if k not in d]
         if missing:
-            raise ValueError("a cell needs %s" % ", ".join(sorted(missing)))
-        if d["outcome"] not in OUTCOMES:
-            raise ValueError("unknown outcome %r (known: %s)" % (d["outcome"], ", ".join(OUTCOMES)))
-        return cls(**{k: v for k, v in d.items() if k in names})
+            raise ValueError("a cell needs %s" % ", ".join(missing))
+        hints = _cell_hints()
+        kept = {}
+        for k, v in d.items():
+            hint = hints.get(k)
+            if hint is None:
+                continue
+            if not _conforms(v, hint):
+                raise ValueError("field %r is %s, not %s" % (k, shown(v), _described(hint)))
+            kept[k] = v
+        if kept["outcome"] not in OUTCOMES:
+            raise ValueError("unknown outcome %s (known: %s)" % (shown(kept["outcome"]), ", ".join(OUTCOMES)))
+        return cls(**kept)
+
+
+_HINTS: Dict[str, Any] = {}
+
+
+def _cell_hints() -> Dict[str, Any]:
+    """Cell's fields and their types, resolved once."""
+    if not _HINTS:
+        import typing
+
+        _HINTS.update(typing.get_type_hints(Cell))
+    return _HINTS
+
+
+def _conforms(v: Any, hint: Any) -> bool:
+    """Whether the JSON value ``v`` has the type ``hint`` (str, int, float, Any, Optional,
+    List[X], Dict[str, X]: what a cell's fields use).  A bool is no number here."""
+    import typing
+
+    if hint is Any:
+        return True
+    if hint is float:
+        return v.__class__ is int or v.__class__ is float
+    if hint in (str, int, type(None)):
+        return v.__class__ is hint
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Union:
+        return any(_conforms(v, a) for a in args)
+    if origin is list:
+        return v.__class__ is list and all(_conforms(x, args[0]) for x in v)
+    if origin is dict:
+        return v.__class__ is dict and all(_conforms(x, args[1]) for x in v.values())
+    raise TypeError("a cell's field of type %r: _conforms does not know that type" % (hint,))
+
+
+def _described(hint: Any) -> str:
+    """``hint`` in the words of JSON: "a string", "an integer or null", "a list of strings"."""
+    import typing
+
+    words = {str: "a string", int: "an integer", float: "a number", type(None): "null"}
+    if hint in words:
+        return words[hint]
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Union:
+        return " or ".join(_described(a) for a in args)
+    if origin is list:
+        return "a list of %ss" % _described(args[0]).split(" ", 1)[1]
+    if origin is dict and args[1] is not Any:
+        return "an object of %ss" % _described(args[1]).split(" ", 1)[1]
+    return "an object" if origin is dict else "any value"
+
+
+def shown(v: Any) -> str:
+    """A JSON value as an error message shows it: short, on one line."""
+    import json
+
+    text = json.dumps(v)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 #: what an identifying listener (``pyrdmacm listen --identify``) puts first in its REP's

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Tuple
+from typing import Any, Dict, Iterable, List, Tuple
 
-from .cells import Cell
+from .cells import Cell, shown
 
 
 @dataclass
 class Matrix:
-    """Cells by (host, rail) row and target column."""
+    """Cells by (host, rail) row and target column; ``refused``: what a merge could not
+    take (each "FILE line N: why"), the rest merged all the same."""
 
     rows: List[Tuple[str, str]] = field(default_factory=list)
     columns: List[str] = field(default_factory=list)
     cells: Dict[Tuple[str, str, str], Cell] = field(default_factory=dict)
+    refused: List[str] = field(default_factory=list)
 
     def add(self, cell: Cell) -> None:
         """Put ``cell`` in its place (a later run of the same cell replaces an earlier one)."""
@@ -42,53 +44,86 @@ class Matrix:
         return [c for c in self.cells.values() if not c.ok]
 
 
-def read_cells(lines: Iterable[str], source: str = "input", order: "Matrix | None" = None) -> List[Cell]:
+_WHAT = "give the output of `pyrdmacm mesh --json`"
+
+
+def _strings(v: Any) -> bool:
+    return v.__class__ is list and all(x.__class__ is str for x in v)
+
+
+def _record(line: str) -> Dict[str, Any]:
+    """One line of a run's output as a record of schema 1 (ValueError saying why not)."""
+    try:
+        record = json.loads(line)
+    except ValueError as e:
+        raise ValueError("not JSON (%s): %s" % (e, _WHAT)) from None
+    except RecursionError:  # brackets nested deeper than the parser goes
+        raise ValueError("not JSON (nested too deep): %s" % _WHAT) from None
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object: %s" % _WHAT)
+    if record.get("schema") != 1:
+        raise ValueError("schema %s; this pyrdmacm reads schema 1" % shown(record.get("schema")))
+    summary = record.get("summary")
+    if summary is not None:
+        if not isinstance(summary, dict):
+            raise ValueError("\"summary\" is %s, not a JSON object" % shown(summary))
+        for key in ("rows", "targets"):
+            if key in summary and not _strings(summary[key]):
+                raise ValueError("the summary's %r is %s, not a list of strings" % (key, shown(summary[key])))
+    return record
+
+
+def read_cells(lines: Iterable[str], source: str = "input", order: "Matrix | None" = None,
+               refused: "List[str] | None" = None) -> List[Cell]:
     """The cells of a run's JSON Lines output (``pyrdmacm mesh --json``): lines with a
     ``cell`` are taken; the summary's rows and targets, in the run's own order, go into
-    ``order`` when given (the cells come in the order they ended).  ValueError naming the
-    source and the line for anything that is not such output."""
+    ``order`` when given (the cells come in the order they ended).  A line that is not
+    such output ("SOURCE line N: why", naming the field) is appended to ``refused`` and the
+    rest read on; without ``refused``, it raises ValueError."""
     out = []
     for n, line in enumerate(lines, 1):
         line = line.strip()
         if not line:
             continue
         try:
-            record = json.loads(line)
+            record = _record(line)
+            summary = record.get("summary")
+            if order is not None and summary is not None:
+                for row in summary.get("rows", ()):
+                    host, _, rail = row.rpartition("/")
+                    if host and (host, rail) not in order.rows:
+                        order.rows.append((host, rail))
+                order.columns.extend(t for t in summary.get("targets", ()) if t not in order.columns)
+            if "cell" in record:
+                out.append(Cell.from_json(record["cell"]))
         except ValueError as e:
-            raise ValueError("%s line %d is not JSON (%s): give the output of `pyrdmacm mesh --json`"
-                             % (source, n, e)) from None
-        if not isinstance(record, dict):
-            raise ValueError("%s line %d is not a JSON object: give the output of `pyrdmacm mesh --json`"
-                             % (source, n))
-        if record.get("schema") != 1:
-            raise ValueError("%s line %d has schema %r; this pyrdmacm reads schema 1" % (source, n,
-                                                                                         record.get("schema")))
-        summary = record.get("summary")
-        if order is not None and isinstance(summary, dict):
-            for row in summary.get("rows") or ():
-                host, _, rail = str(row).rpartition("/")
-                if host and (host, rail) not in order.rows:
-                    order.rows.append((host, rail))
-            order.columns.extend(str(t) for t in summary.get("targets") or () if str(t) not in order.columns)
-        if "cell" not in record:
-            continue
-        try:
-            out.append(Cell.from_json(record["cell"]))
-        except (TypeError, ValueError) as e:
-            raise ValueError("%s line %d: %s" % (source, n, e)) from None
+            why = "%s line %d: %s" % (source, n, e)
+            if refused is None:
+                raise ValueError(why) from None
+            refused.append(why)
     return out
 
 
 def merge(paths: Iterable[str]) -> Matrix:
     """One matrix of the runs saved in ``paths`` (each a run's ``--json`` output, one per
-    host), failed cells explained by the runs of the hosts they aimed at (:func:`explain`);
-    OSError or ValueError naming the file that cannot be read."""
+    host), failed cells explained by the runs of the hosts they aimed at (:func:`explain`).
+    What cannot be taken -- a file that cannot be read or holds no cells, a line that is not
+    a run's output or whose field has the wrong type -- is in the matrix's ``refused``
+    ("FILE line N: why"); everything else is merged."""
     m = Matrix()
     for p in paths:
-        with open(p) as f:
-            cells = read_cells(f, p, order=m)
-        if not cells:
-            raise ValueError("%s holds no cells: give the output of `pyrdmacm mesh --json`" % p)
+        refused = len(m.refused)
+        try:
+            with open(p, encoding="utf-8", errors="strict") as f:
+                cells = read_cells(f, p, order=m, refused=m.refused)
+        except OSError as e:
+            m.refused.append("%s: %s" % (p, e.strerror or e))
+            continue
+        except UnicodeDecodeError as e:  # before ValueError's: the file is no run's output
+            m.refused.append("%s: not UTF-8 text (%s): %s" % (p, e.reason, _WHAT))
+            continue
+        if not cells and len(m.refused) == refused:
+            m.refused.append("%s holds no cells: %s" % (p, _WHAT))
         for c in cells:
             m.add(c)
     rows, columns = {k[:2] for k in m.cells}, {k[2] for k in m.cells}

@@ -64,6 +64,9 @@ def table(m: Matrix, *, explain: bool = True) -> str:
     cells = list(m.cells.values())
     ok = sum(1 for c in cells if c.ok)
     lines.append("%d cells: %d reach the far CM, %d do not" % (len(cells), ok, len(cells) - ok))
+    if m.refused:
+        lines.append("%d %s of the input refused (stderr says which and why); the rest merged"
+                     % (len(m.refused), "line or file" if len(m.refused) == 1 else "lines or files"))
     failed = m.failed
     if failed and explain:
         lines.append("")

@@ -279,3 +279,58 @@ def test_a_reader_that_has_gone_leaves_the_real_exit_status_and_no_traceback(arg
         os.close(w)
     assert proc.returncode == status, proc.stderr
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (every write: ENOSPC)")
+@pytest.mark.parametrize("argv, say", [
+    (["resolve", "127.0.0.1", "--json"], None),     # one document, then the exit status 4 is replaced
+    (["conformance", "--list", "--json"], None),    # pages of output
+    (["conformance", "--list"], None),
+    (["--help"], None),                             # argparse's own print
+    (["mesh", "--merge", "RUN"], "the merged matrix"),
+])
+def test_an_output_that_cannot_be_written_exits_5_with_one_line(argv, say, tmp_path):
+    """``> /dev/full`` (a full disk, an I/O error): one line on stderr naming the errno, exit
+    status 5 (EXIT_OUTPUT: never 1, which means a failure event), no traceback, nothing
+    left for Python's flush at exit."""
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"schema": 1, "cell": {"host": "h", "rail": "eth0", "target": "10.0.0.9",
+                                                     "outcome": "no-listener"}}) + "\n")
+    argv = [str(run) if a == "RUN" else a for a in argv]
+    env = dict(os.environ, PYRDMACM_DEVICE=str(tmp_path / "no-such-node"))
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "pyrdmacm", *argv], stdout=full, stderr=subprocess.PIPE,
+                              text=True, env=env, timeout=120)
+    assert proc.returncode == output.EXIT_OUTPUT == 5, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("pyrdmacm: cannot write")]
+    assert lines == ["pyrdmacm: cannot write the output: No space left on device (ENOSPC)"], proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
+
+
+def test_an_output_encoding_that_cannot_hold_a_name_exits_5_naming_the_character(tmp_path):
+    run = tmp_path / "run.json"
+    run.write_text("".join(json.dumps({"schema": 1, "cell": {"host": host, "rail": "eth0", "target": "10.0.0.9",
+                                                             "outcome": "no-listener"}}) + "\n"
+                           for host in ("n\u0153ud-7", "node-8")))  # two hosts: rows are named host/rail
+    env = dict(os.environ, PYTHONIOENCODING="ascii")
+    proc = subprocess.run([sys.executable, "-m", "pyrdmacm", "mesh", "--merge", str(run)], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert proc.returncode == 5, proc.stderr
+    assert proc.stderr.splitlines() == ["pyrdmacm: cannot write the output: its encoding, ascii, cannot hold "
+                                        "'\\u0153': set PYTHONIOENCODING=utf-8 (or use a UTF-8 locale)"]
+
+
+def test_an_svg_or_prometheus_file_that_cannot_be_written_names_it_and_leaves_no_temporary(tmp_path, capsys):
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"schema": 1, "cell": {"host": "h", "rail": "eth0", "target": "10.0.0.9",
+                                                     "outcome": "no-listener"}}) + "\n")
+    where = tmp_path / "no-such-dir" / "mesh.prom"
+    code = cli.main(["mesh", "--merge", str(run), "--prometheus", str(where)])
+    err = capsys.readouterr().err
+    assert code == 5 and err == "pyrdmacm: cannot write %s: No such file or directory\n" % where
+    if os.path.exists("/dev/full"):  # the file beside it is written, fails, and is removed
+        os.symlink("/dev/full", tmp_path / ("full.svg.%d.tmp" % os.getpid()))
+        code = cli.main(["mesh", "--merge", str(run), "--svg", str(tmp_path / "full.svg")])
+        err = capsys.readouterr().err
+        assert code == 5 and err == "pyrdmacm: cannot write %s: No space left on device\n" % (tmp_path / "full.svg")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]

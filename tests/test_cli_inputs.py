@@ -181,7 +181,8 @@ def test_docs_show_the_exit_code_table_the_code_uses() -> None:
     doc = (ROOT / "docs" / "cli.md").read_text()
     assert _doc_table(doc) == dict(cli.EXIT_CODES)
     assert [c for c, _ in cli.EXIT_CODES] == [cli.EXIT_OK, cli.EXIT_EVENT, cli.EXIT_KERNEL, cli.EXIT_USAGE,
-                                              cli.EXIT_NODEV, cli.EXIT_INTERRUPTED] == [0, 1, 2, 3, 4, 130]
+                                              cli.EXIT_NODEV, cli.EXIT_OUTPUT, cli.EXIT_INTERRUPTED] == [0, 1, 2, 3, 4, 5,
+                                                                                                   130]
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## The command line", 1)[1].split("\n## ", 1)[0]
     assert "docs/cli.md" in section and _doc_table(section) == dict(cli.EXIT_CODES)

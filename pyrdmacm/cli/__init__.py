@@ -63,16 +63,17 @@ subcommand's module only when it runs.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from typing import Any, Callable, List, Optional, Sequence
 
 from .inputs import DEFAULT_PORT
-from .output import (EXIT_CODES, EXIT_EVENT, EXIT_INTERRUPTED, EXIT_KERNEL, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _err,
-                     _refused_exit, _text, exit_codes_text)
+from .output import (EXIT_CODES, EXIT_EVENT, EXIT_INTERRUPTED, EXIT_KERNEL, EXIT_NODEV, EXIT_OK, EXIT_OUTPUT,
+                     EXIT_USAGE, _err, _refused_exit, _text, exit_codes_text)
 
-__all__ = ["EXIT_CODES", "EXIT_EVENT", "EXIT_INTERRUPTED", "EXIT_KERNEL", "EXIT_NODEV", "EXIT_OK", "EXIT_USAGE",
-           "build_parser", "exit_codes_text", "main"]
+__all__ = ["EXIT_CODES", "EXIT_EVENT", "EXIT_INTERRUPTED", "EXIT_KERNEL", "EXIT_NODEV", "EXIT_OK", "EXIT_OUTPUT",
+           "EXIT_USAGE", "build_parser", "exit_codes_text", "main"]
 
 
 def _command(module: str, name: str) -> Callable[[argparse.Namespace], int]:
@@ -286,23 +287,40 @@ def build_parser() -> argparse.ArgumentParser:
 class _PipeSafe:
     """stdout for a subcommand: when the reader of a pipe has gone (``| head -1``), the rest
     of the output goes to /dev/null and the subcommand still ends with its own exit status
-    (not 0, not a BrokenPipeError traceback, not Python's "Exception ignored" at exit)."""
+    (not 0, not a BrokenPipeError traceback, not Python's "Exception ignored" at exit).
+    When the output cannot be written (ENOSPC, EIO, an encoding that cannot hold the text),
+    one line on stderr says so at once, the rest goes to /dev/null, the subcommand does the
+    rest of its work, and ``failed`` makes its exit status EXIT_OUTPUT."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
+        self.failed = False
 
     def write(self, text: str) -> int:
         try:
             return int(self._stream.write(text))
         except BrokenPipeError:
             self._gone()
-            return len(text)
+        except UnicodeEncodeError as e:
+            self._fail("its encoding, %s, cannot hold %s: set PYTHONIOENCODING=utf-8 (or use a UTF-8 locale)"
+                       % (e.encoding, ascii(e.object[e.start:e.end])))
+        except OSError as e:
+            self._fail(_oserror_text(e))
+        return len(text)
 
     def flush(self) -> None:
         try:
             self._stream.flush()
         except BrokenPipeError:
             self._gone()
+        except OSError as e:
+            self._fail(_oserror_text(e))
+
+    def _fail(self, why: str) -> None:
+        if not self.failed:
+            self.failed = True
+            _err("cannot write the output: %s" % why)
+        self._gone()
 
     def _gone(self) -> None:
         null = os.open(os.devnull, os.O_WRONLY)
@@ -310,9 +328,19 @@ class _PipeSafe:
             os.dup2(null, self._stream.fileno())
         finally:
             os.close(null)
+        try:  # what is still buffered goes there too (its flush then succeeds)
+            self._stream.flush()
+        except (OSError, ValueError):
+            pass
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+def _oserror_text(e: OSError) -> str:
+    """"No space left on device (ENOSPC)": the message and the errno's name."""
+    name = errno.errorcode.get(e.errno or 0)
+    return _text(e) + (" (%s)" % name if name else "")
 
 
 def _in_netns(name: str, argv: List[str]) -> int:
@@ -355,6 +383,27 @@ def _in_netns(name: str, argv: List[str]) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The command line: the subcommand's exit status (``EXIT_CODES``).  Its stdout is a
+    :class:`_PipeSafe` (argparse's --help too): an output that cannot be written makes it
+    EXIT_OUTPUT."""
+    out = _PipeSafe(sys.stdout)
+    real, sys.stdout = sys.stdout, out
+    try:
+        code = _main(argv)
+    except SystemExit:  # argparse's --help (0) and refusals (3)
+        out.flush()
+        if out.failed:
+            raise SystemExit(EXIT_OUTPUT) from None
+        raise
+    finally:
+        try:
+            out.flush()  # what is still buffered: the reader may be gone, the disk full
+        finally:
+            sys.stdout = real
+    return EXIT_OUTPUT if out.failed else code
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
     from ..errors import RdmaCmError
 
     parser = build_parser()
@@ -373,7 +422,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         json_layout(compact=not args.json_pretty)
         if hasattr(args, "json"):
             args.json = True
-    real, sys.stdout = sys.stdout, _PipeSafe(sys.stdout)
     try:
         return int(args.func(args))
     except KeyboardInterrupt:
@@ -381,8 +429,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except RdmaCmError as e:  # a refusal no subcommand expected: still a message, not a traceback
         _err(_text(e))
         return EXIT_USAGE if isinstance(e, ValueError) else _refused_exit(getattr(e, "errno", None))
-    finally:
-        try:
-            sys.stdout.flush()  # what is still buffered: the reader may be gone
-        finally:
-            sys.stdout = real

@@ -13,7 +13,8 @@ from typing import Any, List, Optional
 
 from . import conn
 from .inputs import DEFAULT_PORT, _BadInput, _timeout_ms
-from .output import EXIT_EVENT, EXIT_INTERRUPTED, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _err, _text, error_json, json_line
+from .output import (EXIT_EVENT, EXIT_INTERRUPTED, EXIT_NODEV, EXIT_OK, EXIT_OUTPUT, EXIT_USAGE, _err, _text, error_json,
+                     json_line)
 
 
 def _targets_from(args: argparse.Namespace) -> List[str]:
@@ -52,8 +53,8 @@ def _outputs(args: argparse.Namespace, m: Any, code: int, started: float) -> int
 
             render.write_atomically(args.prometheus, render.prometheus(m))
     except OSError as e:
-        _err("cannot write %s: %s" % (e.filename, e.strerror or e))
-        code = code or EXIT_USAGE
+        _err("cannot write %s: %s" % (e.filename, _text(e)))
+        code = EXIT_OUTPUT
     cells = list(m.cells.values())
     ok = sum(1 for c in cells if c.ok)
     if args.json:

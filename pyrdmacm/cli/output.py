@@ -17,7 +17,7 @@ from ..errors import error_object
 #: the one error object: every subcommand's JSON says an error so
 error_json = error_object
 
-EXIT_OK, EXIT_EVENT, EXIT_KERNEL, EXIT_USAGE, EXIT_NODEV, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+EXIT_OK, EXIT_EVENT, EXIT_KERNEL, EXIT_USAGE, EXIT_NODEV, EXIT_OUTPUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 5, 130
 
 #: every subcommand's exit status, and what it means: the code returns these, --help and
 #: docs/cli.md show this table (a test holds the document to it)
@@ -31,6 +31,9 @@ EXIT_CODES: Tuple[Tuple[int, str], ...] = (
     (EXIT_USAGE, "bad input: an argument or flag that cannot be used (argparse's refusals too); nothing was sent"),
     (EXIT_NODEV, "no usable RDMA here: no rdma_cm device node (rdma_ucm not loaded, node not passed into the "
                  "container), no RDMA device, or none with a GID for the source (ADDR_ERROR status -19 ENODEV too)"),
+    (EXIT_OUTPUT, "the output could not be written (a full disk, an I/O error, an output encoding that cannot "
+                  "hold a name; mesh: an --svg or --prometheus file): one line on stderr says why, the command "
+                  "did the rest of its work"),
     (EXIT_INTERRUPTED, "interrupted (SIGINT) before the end: ping prints its summary so far; ids are destroyed "
                        "(listen, ids --watch and a joined mcast, which run until stopped, exit 0)"),
 )

@@ -4,6 +4,7 @@ file for node_exporter's textfile collector."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Dict, List, Optional, Tuple
@@ -151,8 +152,14 @@ def prometheus(m: Matrix, now: Optional[float] = None) -> str:
 
 def write_atomically(path: str, text: str) -> None:
     """Write ``path`` as node_exporter's textfile collector needs it: a file beside it, then
-    renamed over it, so that a scrape never reads half a file."""
+    renamed over it, so that a scrape never reads half a file.  OSError names ``path``
+    (not the file beside it, which is removed)."""
     tmp = "%s.%d.tmp" % (path, os.getpid())
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise OSError(e.errno, e.strerror, path) from None

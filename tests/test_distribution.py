@@ -110,3 +110,29 @@ def test_the_host_tests_run_from_the_unpacked_sdist(tmp_path):
                           cwd=top, capture_output=True, text=True, env=env)
     last = proc.stdout.strip().splitlines()[-1]
     assert proc.returncode == 0 and " passed" in last and "skipped" not in last, proc.stdout[-3000:]
+
+
+def test_an_sdist_built_from_the_unpacked_sdist_holds_the_same_files(tmp_path):
+    """A distribution's tools may build the source package again from the unpacked sdist:
+    it must hold the tests and docs as the first did (it lost them while MANIFEST.in left
+    itself out), and a wheel built from it must not warn."""
+    first = _sdist(tmp_path / "one")
+    with tarfile.open(first) as t:
+        t.extractall(tmp_path / "unpacked", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
+    (top,) = (tmp_path / "unpacked").iterdir()
+    python = _system_python()
+    proc = subprocess.run([python, "-c", "from setuptools import build_meta as b; print(b.build_sdist(%r))"
+                           % str(tmp_path / "again")], cwd=top, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (second,) = (tmp_path / "again").glob("pyrdmacm-*.tar.gz")
+    with tarfile.open(second) as t:
+        again = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
+    assert "MANIFEST.in" in names and "tests/conftest.py" in names
+    assert again == names, (sorted(names - again)[:10], sorted(again - names)[:10])
+    if subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode == 0:
+        proc = subprocess.run([python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-v", ".",
+                               "-w", str(tmp_path / "wheel")], cwd=top, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "Warning" not in proc.stderr and "SetuptoolsDeprecationWarning" not in proc.stdout, (
+            proc.stdout[-3000:] + proc.stderr[-3000:])

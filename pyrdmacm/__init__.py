@@ -28,7 +28,7 @@ __version__ = "0.1.0"
 _EXPORTS: Dict[str, Tuple[str, ...]] = {
     "abi": ("CmEventType", "NotifyEvent", "OptionIb", "OptionId", "PortSpace", "QpAttrMask", "QpState", "QpType",
             "RejectReason", "SidrStatus"),
-    "addr": ("Address", "parse_address"),
+    "addr": ("AF_IB", "Address", "parse_address"),
     "addrinfo": ("RaiFlag", "RdmaAddrInfo", "getaddrinfo"),
     "core.event_channel": ("EventChannel", "UnackedEventsWarning"),
     "core.cmid": ("CmId", "SourceIgnoredWarning"),
@@ -38,6 +38,7 @@ _EXPORTS: Dict[str, Tuple[str, ...]] = {
     "errors": ("DecodeError", "DeviceNodeError", "EventError", "KernelError", "PrecheckError", "RdmaCmError",
                "StateError", "UsageError"),
     "core.events": ("Event", "EventBatch"),
+    "devices": ("Device", "list_devices"),
     "records": ("AddrInfo", "AhAttr", "ConnParam", "DeviceRef", "PathRecord", "QpAttr", "ServiceRecord", "UdParam"),
     "state": ("Call", "Kind", "State"),
 }
@@ -59,7 +60,7 @@ if TYPE_CHECKING:  # what type checkers see ("X as X": an explicit re-export, wh
         RejectReason as RejectReason,
         SidrStatus as SidrStatus,
     )
-    from .addr import Address as Address, parse_address as parse_address
+    from .addr import AF_IB as AF_IB, Address as Address, parse_address as parse_address
     from .addrinfo import RaiFlag as RaiFlag, RdmaAddrInfo as RdmaAddrInfo, getaddrinfo as getaddrinfo
     from .core.event_channel import EventChannel as EventChannel, UnackedEventsWarning as UnackedEventsWarning
     from .core.params import allocate_qp_num as allocate_qp_num
@@ -77,6 +78,7 @@ if TYPE_CHECKING:  # what type checkers see ("X as X": an explicit re-export, wh
         UsageError as UsageError,
     )
     from .core.events import Event as Event, EventBatch as EventBatch
+    from .devices import Device as Device, list_devices as list_devices
     from .records import (
         AddrInfo as AddrInfo,
         AhAttr as AhAttr,

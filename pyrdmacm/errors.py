@@ -184,13 +184,15 @@ class _Located(RdmaCmError, OSError):
         if self.hint:
             msg += " -- " + self.hint
         OSError.__init__(self, err, msg)
+        if self.strerror != msg:  # a class with its own __new__ (DeviceNodeError's): OSError's
+            self.args, self.errno, self.strerror = (err, msg), err, msg  # __init__ did nothing
 
     def __reduce__(self) -> Any:  # keep pickling/copy working with keyword-only args
         return (_rebuild, (type(self), self.__dict__.copy(), self.args))
 
 
 def _rebuild(cls: Any, state: Dict[str, Any], args: Tuple[Any, ...]) -> Any:
-    obj = cls.__new__(cls)
+    obj = OSError.__new__(cls, *args)  # not cls.__new__: DeviceNodeError's takes other arguments
     OSError.__init__(obj, *args)
     obj.__dict__.update(state)
     return obj
@@ -232,10 +234,29 @@ class PrecheckError(_Located):
 
 
 class DeviceNodeError(_Located):
-    """``/dev/infiniband/rdma_cm`` cannot be used (absent, wrong kind, wrong ABI)."""
+    """``/dev/infiniband/rdma_cm`` cannot be used (absent, wrong kind, wrong ABI).  As
+    ``OSError(errno, ...)`` is, it is also the built-in class of its errno: ENOENT's a
+    :class:`FileNotFoundError`, EACCES's and EPERM's a :class:`PermissionError`."""
+
+    def __new__(cls, err: int, what: str, hint: str) -> "DeviceNodeError":
+        if cls is DeviceNodeError:
+            cls = _DEVICE_NODE_ERRORS.get(abs(err), cls)
+        return super().__new__(cls, err, what)
 
     def __init__(self, err: int, what: str, hint: str) -> None:
         super().__init__(err, what, hint=hint)
+
+
+class _DeviceNodeMissing(DeviceNodeError, FileNotFoundError):
+    """A DeviceNodeError of ENOENT (a FileNotFoundError too)."""
+
+
+class _DeviceNodeForbidden(DeviceNodeError, PermissionError):
+    """A DeviceNodeError of EACCES or EPERM (a PermissionError too)."""
+
+
+_DEVICE_NODE_ERRORS = {_errno.ENOENT: _DeviceNodeMissing, _errno.EACCES: _DeviceNodeForbidden,
+                       _errno.EPERM: _DeviceNodeForbidden}
 
 
 class UsageError(RdmaCmError, ValueError):

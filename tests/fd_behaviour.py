@@ -425,3 +425,22 @@ def test_a_node_that_is_not_rdma_cm_is_refused_at_open(world: World, monkeypatch
         EventChannel()
     assert e.value.errno == errno.ENODEV and os.devnull in str(e.value) and "rdma_cm" in str(e.value)
     assert sorted(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_missing_node_is_a_file_not_found_error_too(world: World, monkeypatch, tmp_path):
+    """No device node (rdma_ucm not loaded, or not passed into a container): a DeviceNodeError
+    that is also the built-in class of its errno, as ``OSError(errno, ...)`` is, so that
+    ``except FileNotFoundError`` sees it; it names the node and what to do."""
+    from pyrdmacm.errors import DeviceNodeError
+
+    EventChannel(world.transport()).close()
+    missing = str(tmp_path / "rdma_cm")
+    monkeypatch.setenv("PYRDMACM_DEVICE", missing)
+    with pytest.raises(FileNotFoundError) as e:
+        EventChannel()
+    assert isinstance(e.value, DeviceNodeError) and e.value.errno == errno.ENOENT
+    assert missing in str(e.value) and e.value.hint
+    for err, cls in ((errno.EACCES, PermissionError), (errno.EPERM, PermissionError), (errno.ENODEV, OSError)):
+        made = DeviceNodeError(err, "cannot open %s" % missing, "a hint")
+        assert isinstance(made, cls) and made.errno == err and str(made).endswith("-- a hint")
+        assert isinstance(made, PermissionError) is (cls is PermissionError)

@@ -88,6 +88,26 @@ def test_event_for_an_id_the_channel_does_not_know_is_dropped():
         assert ev is not None and ev.id is cm
 
 
+def test_an_event_of_a_number_the_table_does_not_know_is_still_a_cm_event_type():
+    """A newer kernel's event (a number past INTERNAL): its ``event`` is the pseudo-member
+    EVENT_<n> of CmEventType (``.name`` and ``.value`` as any member's), not a bare int;
+    it moves nothing and is the caller's, acknowledged as any."""
+    from pyrdmacm.abi import CmEventType as E
+    from pyrdmacm import CmId, EventChannel
+
+    kernel = FakeKernel(FakeNet())
+    with EventChannel(kernel) as ch:
+        cm = CmId(ch)
+        kernel.inject_event(cm.handle, 23, -5)
+        ev = ch.get_event(5)
+        assert ev is not None and ev.id is cm and ev.status == -5
+        assert isinstance(ev.event, E) and ev.event.name == "EVENT_23" and ev.event.value == 23 == ev.event
+        assert ev.event is E(23) and str(ev.event) == "EVENT_23" and E(23) not in list(E)
+        assert cm.unacked == 1
+        ev.ack()
+        assert cm.unacked == 0 and cm.state.name == "IDLE"
+
+
 def test_an_event_is_a_named_tuple_of_its_eight_fields():
     """What the channel hands out is an Event that is a named tuple: it unpacks, indexes and
     compares as the tuple of its eight fields (an Event made by its constructor from the same

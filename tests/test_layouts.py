@@ -115,7 +115,8 @@ def test_type_checkers_see_the_names_the_package_exports():
 
 def test_the_readme_import_type_checks_strictly(tmp_path):
     """A program that imports the public names from the package and uses them passes
-    mypy --strict: the re-exports are explicit, and an event's id is a CmId."""
+    mypy --strict: the re-exports are explicit, an event's id is a CmId, and its ``event``
+    a CmEventType (``ev.event.name``: #37)."""
     prog = tmp_path / "prog.py"
     prog.write_text(
         "from typing import List, Optional\n"
@@ -127,6 +128,8 @@ def test_the_readme_import_type_checks_strictly(tmp_path):
         "    ch.wait(w, 5)\n"
         "    ev = ch.get_event(0)\n"
         "    evs: List[Event] = ch.get_events()\n"
+        "    if ev is not None and ev.event.name.startswith('ADDR_') and ev.event.value < 2:\n"
+        "        print(ev.event.name, ev.event.value + 1)  # event is a CmEventType, never a bare int\n"
         "    if ev is not None and ev.event is CmEventType.ADDR_RESOLVED:\n"
         "        req: Optional[CmId] = ev.listen_id\n"
         "        return ev.id.uid + len(evs) + (req.uid if req else 0)\n"

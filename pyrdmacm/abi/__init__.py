@@ -170,6 +170,19 @@ class CmEventType(NamedIntEnum):
     USER = 18
     INTERNAL = 19
 
+    @classmethod
+    def _missing_(cls, value: object) -> "CmEventType | None":
+        """A number the kernel may send that this table does not know (a newer kernel's
+        event): a pseudo-member named ``EVENT_<n>``, so that every event's ``event`` is a
+        CmEventType (``.name`` and ``.value`` hold), as IntFlag makes its combinations.  It
+        is not listed by iteration; the same number gives the same object."""
+        if value.__class__ is not int or not 0 <= value <= 0xFFFFFFFF:
+            return None
+        member = int.__new__(cls, value)
+        member._name_ = "EVENT_%d" % value
+        member._value_ = value
+        return cls._value2member_map_.setdefault(value, member)  # type: ignore[return-value]
+
 
 class RdmaCmState(NamedIntEnum):
     """``enum rdma_cm_state`` (kernel ``include/rdma/rdma_cm.h``; ``drivers/infiniband/core/cma_priv.h``

@@ -46,7 +46,7 @@ from .poll import ReadWait, timeout_seconds
 from .router import Router, Waiter
 from .registry import ChannelId, Registry
 from ..errors import KernelError, StateError, UsageError
-from .events import _TYPES, _UNPACK_EVENT, _UNPACK_HEAD, EVENT_RESP_SIZE, PLAIN_EVENTS, Event, new_event
+from .events import _UNPACK_EVENT, _UNPACK_HEAD, EVENT_RESP_SIZE, PLAIN_EVENTS, Event, event_type, new_event
 from ..state import State
 
 
@@ -532,7 +532,7 @@ class Channel(Generic[_Id]):
         group left meanwhile)."""
         reg = self.registry
         cm_id = reg.ids.get(uid)
-        ev = _TYPES.get(number, number)
+        ev = event_type(number)
         membership = None
         if cm_id is None:
             membership = reg.mcs.get(uid)

@@ -152,12 +152,12 @@ class Event(_Fields, Generic[_Id]):
     _param: Union[ConnParam, UdParam, Tuple[int, int], None]
 
     if TYPE_CHECKING:  # pragma: no cover
-        def __new__(cls, event: Union[abi.CmEventType, int], status: int, id: _Id, handle: int,
+        def __new__(cls, event: abi.CmEventType, status: int, id: _Id, handle: int,
                     raw_param: bytes, ece: Tuple[int, int] = (0, 0), listen_id: Optional[_Id] = None,
                     membership: "Optional[Membership]" = None) -> "Event[_Id]": ...
 
         @property
-        def event(self) -> Union[abi.CmEventType, int]: ...
+        def event(self) -> abi.CmEventType: ...
 
         @property
         def status(self) -> int: ...
@@ -280,6 +280,13 @@ new_event = partial(tuple.__new__, Event)
 
 _TYPES = {int(t): t for t in abi.CmEventType}
 
+
+def event_type(number: int) -> abi.CmEventType:
+    """The event type of a reply's number: a member, or for a number this table does not
+    know (a newer kernel's event) the pseudo-member ``EVENT_<n>``."""
+    t = _TYPES.get(number)
+    return t if t is not None else abi.CmEventType(number)
+
 #: The events whose parameter the kernel leaves empty (ucma copies no private data of a DREQ,
 #: a DREP or an RTU, and the address, route and device events carry none), each with no
 #: listener or membership: an :class:`EventBatch` holds these as its three entries (id,
@@ -329,9 +336,9 @@ _UNPACK_EVENT = _fast_event_struct().unpack_from
 _UNPACK_HEAD = _fast_event_struct(head=True).unpack_from
 
 
-def decode_event_head(buf: Any) -> Tuple[int, int, Union[abi.CmEventType, int], int, bytes, Tuple[int, int]]:
+def decode_event_head(buf: Any) -> Tuple[int, int, abi.CmEventType, int, bytes, Tuple[int, int]]:
     """``(uid, handle, event, status, raw_param, ece)`` from an event reply buffer."""
     uid, handle, ev, status, raw, _reserved, vid, mod = _EVENT.unpack_from(buf)
     if status & 0x80000000:
         status -= 0x100000000
-    return uid, handle, _TYPES.get(ev, ev), status, raw, (vid, mod)
+    return uid, handle, event_type(ev), status, raw, (vid, mod)

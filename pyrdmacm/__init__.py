@@ -29,7 +29,7 @@ _EXPORTS: Dict[str, Tuple[str, ...]] = {
     "abi": ("CmEventType", "NotifyEvent", "OptionIb", "OptionId", "PortSpace", "QpAttrMask", "QpState", "QpType",
             "RejectReason", "SidrStatus"),
     "addr": ("AF_IB", "Address", "parse_address"),
-    "addrinfo": ("RaiFlag", "RdmaAddrInfo", "getaddrinfo"),
+    "addrinfo": ("NameServiceError", "RaiFlag", "RdmaAddrInfo", "getaddrinfo", "getaddrinfo_all"),
     "core.event_channel": ("EventChannel", "UnackedEventsWarning"),
     "core.cmid": ("CmId", "SourceIgnoredWarning"),
     "core.membership": ("Membership",),
@@ -61,7 +61,13 @@ if TYPE_CHECKING:  # what type checkers see ("X as X": an explicit re-export, wh
         SidrStatus as SidrStatus,
     )
     from .addr import AF_IB as AF_IB, Address as Address, parse_address as parse_address
-    from .addrinfo import RaiFlag as RaiFlag, RdmaAddrInfo as RdmaAddrInfo, getaddrinfo as getaddrinfo
+    from .addrinfo import (
+        NameServiceError as NameServiceError,
+        RaiFlag as RaiFlag,
+        RdmaAddrInfo as RdmaAddrInfo,
+        getaddrinfo as getaddrinfo,
+        getaddrinfo_all as getaddrinfo_all,
+    )
     from .core.event_channel import EventChannel as EventChannel, UnackedEventsWarning as UnackedEventsWarning
     from .core.params import allocate_qp_num as allocate_qp_num
     from .core.router import Waiter as Waiter

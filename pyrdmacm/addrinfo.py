@@ -33,10 +33,14 @@ names, ``/etc/hosts`` order, zones and the services database answer as they do f
 librdmacm.  With no hint at all librdmacm passes no hints, and the C library's defaults
 apply (``AI_V4MAPPED | AI_ADDRCONFIG``): :func:`getaddrinfo` does the same.
 
-What librdmacm answers with a code (``EAI_NONAME``, ``EAI_SERVICE`` ...) or reads wrongly
-(an IPv4 answer made into an AF_IB address: librdmacm reads a ``sockaddr_in`` as a
-``sockaddr_in6``) is a :class:`~pyrdmacm.errors.UsageError` here naming the input.  The
-asyncio form is :func:`pyrdmacm.aio.getaddrinfo`.
+What the C library answers with a code (``EAI_NONAME``, ``EAI_SERVICE``, ``EAI_AGAIN``
+...) is a :class:`~pyrdmacm.addr.lookup.NameServiceError` (``socket.gaierror``'s contract:
+an OSError whose ``errno`` is the code) naming the input and what to do; what librdmacm
+reads wrongly (an IPv4 answer made into an AF_IB address: librdmacm reads a
+``sockaddr_in`` as a ``sockaddr_in6``) and bad hints are a
+:class:`~pyrdmacm.errors.UsageError`.  :func:`getaddrinfo_all` gives every answer, as
+:func:`socket.getaddrinfo` does.  The asyncio forms are :func:`pyrdmacm.aio.getaddrinfo`
+and :func:`pyrdmacm.aio.getaddrinfo_all`.
 """
 
 from __future__ import annotations
@@ -44,16 +48,17 @@ from __future__ import annotations
 import enum
 import ipaddress
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from .addr.text import MAX_TEXT, show, typed
 from .abi import PortSpace, QpType
 from .addr import AF_IB, AF_INET, AF_INET6, Address, parse_address
+from .addr.lookup import NameServiceError, eai_name
 from .errors import PrecheckError, UsageError
 
 from .precheck.model import Prediction  # the record only: the pre-check's netlink loads when one is made
 
-__all__ = ["RaiFlag", "RdmaAddrInfo", "check_arguments", "getaddrinfo"]
+__all__ = ["NameServiceError", "RaiFlag", "RdmaAddrInfo", "check_arguments", "getaddrinfo", "getaddrinfo_all"]
 
 
 class RaiFlag(enum.IntFlag):
@@ -149,26 +154,29 @@ def _answer_address(sockaddr: Any) -> Address:
     return Address(ip, int(sockaddr[1]), int(sockaddr[3]), int(sockaddr[2]))
 
 
-def _lookup_failed(e: Any, node: Optional[str], service: Optional[str], numeric: bool, what_qp: str) -> UsageError:
-    import socket
-
+def _lookup_failed(e: Any, node: Optional[str], service: Optional[str], numeric: bool,
+                   what_qp: str) -> NameServiceError:
+    """The C library's refusal (socket.gaierror) as a NameServiceError with the same EAI
+    code, saying what it means for these arguments and what to do."""
     code = getattr(e, "errno", None)
-    names = {getattr(socket, n): n for n in ("EAI_NONAME", "EAI_SERVICE", "EAI_FAMILY", "EAI_SOCKTYPE",
-                                             "EAI_ADDRFAMILY", "EAI_NODATA", "EAI_AGAIN", "EAI_FAIL", "EAI_BADFLAGS")
-             if hasattr(socket, n)}
-    name = names.get(code, "getaddrinfo error %s" % code)
+    name = eai_name(code)
     said = "%s (%s)" % (getattr(e, "strerror", None) or e, name)
     if name == "EAI_SERVICE" or (name == "EAI_NONAME" and node is None):
-        return UsageError("unknown service %s%s: %s; give a port number, or a name of the services database "
-                          "(/etc/services) for that protocol" % (show(service), what_qp, said))
-    if name == "EAI_NONAME" and numeric:
-        return UsageError("node %s is not a numeric address, and numeric_host looks up no names: %s; write an "
-                          "IP address (10.0.0.2, fe80::1%%eth0) or drop numeric_host" % (show(node), said))
-    if name == "EAI_SOCKTYPE":
-        return UsageError("the QP type and port space given do not go together%s: %s (UD goes with UDP, RC with "
-                          "TCP)" % (what_qp, said))
-    return UsageError("cannot look up node %s service %s: %s; check the name, /etc/hosts and DNS, or write an "
-                      "IP address" % (show(node), show(service), said))
+        text = ("unknown service %s%s: %s; give a port number, or a name of the services database (/etc/services) "
+                "for that protocol" % (show(service), what_qp, said))
+    elif name == "EAI_NONAME" and numeric:
+        text = ("node %s is not a numeric address, and numeric_host looks up no names: %s; write an IP address "
+                "(10.0.0.2, fe80::1%%eth0) or drop numeric_host" % (show(node), said))
+    elif name == "EAI_SOCKTYPE":
+        text = ("the QP type and port space given do not go together%s: %s (UD goes with UDP, RC with TCP)"
+                % (what_qp, said))
+    elif name == "EAI_AGAIN":
+        text = ("cannot look up node %s service %s now: %s; the name service did not answer (a DNS outage?): "
+                "try again later, or write an IP address" % (show(node), show(service), said))
+    else:
+        text = ("cannot look up node %s service %s: %s; check the name, /etc/hosts and DNS, or write an IP address"
+                % (show(node), show(service), said))
+    return NameServiceError(code if isinstance(code, int) else 0, text, node, service)
 
 
 def _predict(dst: Address, src: Optional[Address]) -> "tuple[Optional[Prediction], int, str]":
@@ -250,10 +258,36 @@ def getaddrinfo(node: Optional[str] = None, service: Any = None, *, passive: boo
 
     Sends nothing to the kernel; it reads the C library's name service and, for the
     prediction, this host's routes and RDMA devices.  Raises
-    :class:`~pyrdmacm.errors.UsageError` naming the input: a name or service that cannot be
-    looked up, a name with ``numeric_host``, bad hints, no node, service or hint at all
-    (librdmacm's EINVAL).
+    :class:`~pyrdmacm.addr.lookup.NameServiceError` (an OSError with the ``EAI_*`` code, as
+    :class:`socket.gaierror`) for what the name service refused: a name or service that cannot
+    be looked up, a name with ``numeric_host``, the name service not answering (EAI_AGAIN);
+    :class:`~pyrdmacm.errors.UsageError` naming the input for bad hints, and no node,
+    service or hint at all (librdmacm's EINVAL).
     """
+    return _records(node, service, passive=passive, numeric_host=numeric_host, no_route=no_route, family=family,
+                    qp_type=qp_type, port_space=port_space, src=src, dst=dst, resolver=resolver, every=False)[0]
+
+
+def getaddrinfo_all(node: Optional[str] = None, service: Any = None, *, passive: bool = False,
+                    numeric_host: bool = False, no_route: bool = False, family: int = 0,
+                    qp_type: Optional[int] = None, port_space: Optional[int] = None, src: Any = None,
+                    dst: Any = None, resolver: Optional[Callable[..., Any]] = None) -> List[RdmaAddrInfo]:
+    """Every answer of the C library's lookup as a record, in its order, as
+    :func:`socket.getaddrinfo` returns every answer: element 0 is what :func:`getaddrinfo`
+    (librdmacm's ``rdma_getaddrinfo``) answers.  The arguments, the conversion of each
+    answer and the errors are :func:`getaddrinfo`'s; each record not ``passive`` nor
+    ``no_route`` carries the prediction for its own destination (one per address: the
+    answers of one address for several socket types share it).  With no QP type nor port
+    space hint, the C library answers each address once per socket type (stream, datagram,
+    raw): records with RC over TCP, UD over UDP, and neither."""
+    return _records(node, service, passive=passive, numeric_host=numeric_host, no_route=no_route, family=family,
+                    qp_type=qp_type, port_space=port_space, src=src, dst=dst, resolver=resolver, every=True)
+
+
+def _records(node: Optional[str], service: Any, *, passive: bool, numeric_host: bool, no_route: bool, family: int,
+             qp_type: Optional[int], port_space: Optional[int], src: Any, dst: Any,
+             resolver: Optional[Callable[..., Any]], every: bool) -> List[RdmaAddrInfo]:
+    """getaddrinfo's records: the first answer's, or ``every`` one's."""
     c = check_arguments(node, service, passive=passive, numeric_host=numeric_host, no_route=no_route, family=family,
                         qp_type=qp_type, port_space=port_space, src=src, dst=dst)
     node_text, service_text, flags, qpt, ps, src_hint, dst_hint = c
@@ -262,19 +296,28 @@ def getaddrinfo(node: Optional[str] = None, service: Any = None, *, passive: boo
         if no_hints:
             raise UsageError("getaddrinfo needs a node, a service, or hints (librdmacm answers EINVAL): give "
                              "getaddrinfo('10.0.0.2', '7471'), or passive=True and a service to listen on")
-        record = RdmaAddrInfo(flags, family, qpt, ps, src_hint, dst_hint)
+        records = [RdmaAddrInfo(flags, family, qpt, ps, src_hint, dst_hint)]
     else:
         import socket
 
-        record = _lookup(node_text, service_text, flags, family, qpt, ps, no_hints, resolver or socket.getaddrinfo)
-        if record.src is None and src_hint is not None:
-            record = _replace(record, src=src_hint)
-    if not passive and not no_route and record.dst is not None:
-        prediction, err, note = _predict(record.dst, record.src)
-        record = _replace(record, prediction=prediction, predicted_errno=err, prediction_note=note)
-    elif not passive and not no_route:
-        record = _replace(record, prediction_note="no prediction: the record has no destination")
-    return record
+        records = _lookup(node_text, service_text, flags, family, qpt, ps, no_hints, resolver or socket.getaddrinfo,
+                          every)
+        if src_hint is not None:
+            records = [_replace(r, src=src_hint) if r.src is None else r for r in records]
+    if passive or no_route:
+        return records
+    predicted: Dict[Tuple[Address, Optional[Address]], Tuple[Optional[Prediction], int, str]] = {}
+    out = []
+    for record in records:
+        if record.dst is None:
+            out.append(_replace(record, prediction_note="no prediction: the record has no destination"))
+            continue
+        key = (record.dst, record.src)
+        if key not in predicted:
+            predicted[key] = _predict(record.dst, record.src)
+        prediction, err, note = predicted[key]
+        out.append(_replace(record, prediction=prediction, predicted_errno=err, prediction_note=note))
+    return out
 
 
 def _replace(record: RdmaAddrInfo, **changes: Any) -> RdmaAddrInfo:
@@ -284,8 +327,10 @@ def _replace(record: RdmaAddrInfo, **changes: Any) -> RdmaAddrInfo:
 
 
 def _lookup(node: Optional[str], service: Optional[str], flags: RaiFlag, family: int, qpt: Optional[QpType],
-            ps: Optional[PortSpace], no_hints: bool, resolver: Callable[..., Any]) -> RdmaAddrInfo:
-    """ucma_getaddrinfo: the hints as the C library's, its first answer as the record."""
+            ps: Optional[PortSpace], no_hints: bool, resolver: Callable[..., Any],
+            every: bool = False) -> List[RdmaAddrInfo]:
+    """ucma_getaddrinfo: the hints as the C library's, its first answer as the record (or
+    ``every`` answer, each a record)."""
     import socket
 
     ai_flags: int
@@ -312,7 +357,15 @@ def _lookup(node: Optional[str], service: Optional[str], flags: RaiFlag, family:
         raise UsageError("cannot look up node %s service %s: %s" % (show(node), show(service), e)) from None
     if not answers:
         raise UsageError("node %s service %s: the C library answered no address" % (show(node), show(service)))
-    _, a_socktype, a_proto, _, sockaddr = answers[0]
+    return [_answer_record(answer, node, flags, family, qpt, ps) for answer in (answers if every else answers[:1])]
+
+
+def _answer_record(answer: Any, node: Optional[str], flags: RaiFlag, family: int, qpt: Optional[QpType],
+                   ps: Optional[PortSpace]) -> RdmaAddrInfo:
+    """One answer of the C library (a socket.getaddrinfo tuple) as librdmacm makes it a record."""
+    import socket
+
+    _, a_socktype, a_proto, _, sockaddr = answer
     rec_qpt = qpt if qpt is not None else {socket.SOCK_STREAM: QpType.RC, socket.SOCK_DGRAM: QpType.UD}.get(a_socktype)
     rec_ps = ps if ps is not None else {socket.IPPROTO_TCP: PortSpace.TCP,
                                         socket.IPPROTO_UDP: PortSpace.UDP}.get(a_proto)

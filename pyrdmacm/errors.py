@@ -15,6 +15,11 @@ Four kinds of failure, four classes, one base (:class:`RdmaCmError`):
   call, a bad argument).  A :class:`ValueError`; :class:`StateError` is the
   wrong-state kind.
 * :class:`DecodeError` -- bytes that do not decode as the named struct.
+* :class:`DeviceNodeError` -- the rdma_cm device node cannot be used; also the built-in
+  class of its errno (:class:`FileNotFoundError` for ENOENT ...).
+* :class:`~pyrdmacm.addr.lookup.NameServiceError` -- the C library's name service did not
+  answer a lookup: a :class:`socket.gaierror` (its ``errno`` the ``EAI_*`` code).  It is
+  defined beside the lookups, which load :mod:`socket`, so that this module does not.
 
 Every message ends with a hint: what the user can do about it.
 """

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import ipaddress
+import pickle
 import socket
 import threading
 from typing import Any, List
@@ -20,7 +21,8 @@ from typing import Any, List
 import pytest
 
 import pyrdmacm
-from pyrdmacm import Address, PortSpace, QpType, RaiFlag, RdmaAddrInfo, UsageError, aio, getaddrinfo
+from pyrdmacm import (Address, NameServiceError, PortSpace, QpType, RaiFlag, RdmaAddrInfo, UsageError, aio, getaddrinfo,
+                      getaddrinfo_all)
 from pyrdmacm.addr import AF_IB, AF_INET, AF_INET6
 
 
@@ -114,8 +116,9 @@ def test_passive_without_a_node_is_the_any_address() -> None:
 
 
 def test_numeric_host_refuses_a_name_naming_it() -> None:
-    with pytest.raises(UsageError, match="node 'localhost' is not a numeric address.*EAI_NONAME"):
+    with pytest.raises(NameServiceError, match="node 'localhost' is not a numeric address.*EAI_NONAME") as e:
         getaddrinfo("localhost", "7471", numeric_host=True)
+    assert isinstance(e.value, socket.gaierror) and e.value.errno == socket.EAI_NONAME
 
 
 def test_v6_with_a_zone_keeps_its_scope_id() -> None:
@@ -150,12 +153,60 @@ def test_af_ib_of_an_ipv4_answer_is_refused() -> None:
 def test_services_from_the_services_database() -> None:
     _services()
     assert getaddrinfo("10.0.0.2", "ssh", no_route=True).dst == pyrdmacm.parse_address("10.0.0.2:22")
-    with pytest.raises(UsageError, match="unknown service 'no-such-service'.*EAI_SERVICE"):
+    with pytest.raises(NameServiceError, match="unknown service 'no-such-service'.*EAI_SERVICE"):
         getaddrinfo("10.0.0.2", "no-such-service")
-    with pytest.raises(UsageError, match="unknown service 'ssh' for UD.*EAI_SERVICE"):
+    with pytest.raises(NameServiceError, match="unknown service 'ssh' for UD.*EAI_SERVICE"):
         getaddrinfo("10.0.0.2", "ssh", qp_type=QpType.UD)  # ssh is a TCP service
-    with pytest.raises(UsageError, match="do not go together for UD over TCP"):
+    with pytest.raises(NameServiceError, match="do not go together for UD over TCP"):
         getaddrinfo("10.0.0.2", "7471", qp_type=QpType.UD, port_space=PortSpace.TCP)
+
+
+def test_a_name_service_outage_is_an_os_error_with_its_eai_code() -> None:
+    """EAI_AGAIN (the DNS did not answer) is socket.gaierror's contract: an OSError whose
+    errno is the code, so that retry logic written for the standard library sees it."""
+    def outage(*args: Any) -> Any:
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    for call in (getaddrinfo, getaddrinfo_all):
+        with pytest.raises(OSError) as e:
+            call("peer.example", "7471", resolver=outage)
+        err = e.value
+        assert isinstance(err, NameServiceError) and isinstance(err, socket.gaierror)
+        assert not isinstance(err, ValueError) and err.errno == socket.EAI_AGAIN and err.code_name == "EAI_AGAIN"
+        assert (err.node, err.service) == ("peer.example", "7471")
+        assert str(err) == ("cannot look up node 'peer.example' service '7471' now: Temporary failure in name "
+                            "resolution (EAI_AGAIN); the name service did not answer (a DNS outage?): try again "
+                            "later, or write an IP address")
+        assert pickle.loads(pickle.dumps(err)).errno == socket.EAI_AGAIN
+
+
+def test_every_answer_is_a_record_and_the_first_is_getaddrinfos(monkeypatch: pytest.MonkeyPatch) -> None:
+    """getaddrinfo_all gives what socket.getaddrinfo gives, each answer a record in its
+    order; element 0 is getaddrinfo's; each destination predicted once."""
+    def answers(node: Any, service: Any, family: int, socktype: int, proto: int, flags: int) -> Any:
+        tcp, udp = (socket.SOCK_STREAM, socket.IPPROTO_TCP), (socket.SOCK_DGRAM, socket.IPPROTO_UDP)
+        return [(socket.AF_INET6, st, pr, "", ("fd00::2", 7471, 0, 0)) for st, pr in (tcp, udp)] + [
+            (socket.AF_INET, st, pr, "", ("10.0.0.2", 7471)) for st, pr in (tcp, udp)] + [
+            (socket.AF_INET, socket.SOCK_RAW, 0, "", ("10.0.0.2", 7471))]
+
+    every = getaddrinfo_all("peer", "7471", resolver=answers, no_route=True)
+    assert [(str(r.dst), r.qp_type, r.port_space) for r in every] == [
+        ("[fd00::2]:7471", QpType.RC, PortSpace.TCP), ("[fd00::2]:7471", QpType.UD, PortSpace.UDP),
+        ("10.0.0.2:7471", QpType.RC, PortSpace.TCP), ("10.0.0.2:7471", QpType.UD, PortSpace.UDP),
+        ("10.0.0.2:7471", None, None)]
+    assert every[0] == getaddrinfo("peer", "7471", resolver=answers, no_route=True)
+    predicted: List[str] = []
+    import pyrdmacm.addrinfo as ai
+
+    monkeypatch.setattr(ai, "_predict", lambda dst, src: (predicted.append(str(dst)), (None, 0, "predicted %s" % dst))[1])
+    every = getaddrinfo_all("peer", "7471", resolver=answers)
+    assert predicted == ["[fd00::2]:7471", "10.0.0.2:7471"]  # one prediction per destination
+    assert [r.prediction_note for r in every] == ["predicted [fd00::2]:7471"] * 2 + ["predicted 10.0.0.2:7471"] * 3
+    assert asyncio.run(aio.getaddrinfo_all("peer", "7471", resolver=answers)) == every
+    passive = getaddrinfo_all(None, "7471", passive=True)
+    assert passive and all(r.src is not None and r.src.is_any and r.dst is None for r in passive)
+    with pytest.raises(UsageError, match="needs a node, a service, or hints"):
+        getaddrinfo_all()
 
 
 def test_neither_node_nor_service_echoes_the_hints() -> None:

@@ -14,12 +14,48 @@ answers as librdmacm's ``rdma_getaddrinfo``, through the C library's own lookup)
 from __future__ import annotations
 
 import ipaddress
+import socket
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
 from .text import MAX_TEXT, ascii_number, show, split_host_port, split_host_service
 from . import AF_INET, AF_INET6, Address, IPAddress, parse_address
-from ..errors import UsageError
+from ..errors import RdmaCmError, UsageError
+
+#: the C library's getaddrinfo codes by name, for messages ("EAI_AGAIN")
+_EAI_NAMES = {getattr(socket, n): n for n in ("EAI_NONAME", "EAI_SERVICE", "EAI_FAMILY", "EAI_SOCKTYPE",
+                                              "EAI_ADDRFAMILY", "EAI_NODATA", "EAI_AGAIN", "EAI_FAIL",
+                                              "EAI_BADFLAGS", "EAI_MEMORY", "EAI_SYSTEM", "EAI_OVERFLOW")
+              if hasattr(socket, n)}
+
+
+class NameServiceError(RdmaCmError, socket.gaierror):
+    """The C library's name service did not answer a lookup: :class:`socket.gaierror`'s
+    contract (an :class:`OSError`; ``errno`` is the ``EAI_*`` code, ``socket.EAI_AGAIN``
+    during a DNS outage, which retry logic waits out), with a message naming what was looked
+    up (``node``, ``service``) and what to do.  Raised by :func:`pyrdmacm.getaddrinfo` and
+    the command line's lookups."""
+
+    def __init__(self, code: int, message: str, node: Optional[str] = None, service: Optional[str] = None) -> None:
+        super().__init__(code, message)
+        self.node = node
+        self.service = service
+
+    @property
+    def code_name(self) -> str:
+        """The ``EAI_*`` name of ``errno`` (``"EAI_AGAIN"``), or the number as text."""
+        return _EAI_NAMES.get(self.errno, str(self.errno))
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.errno, self.strerror, self.node, self.service))
+
+
+def eai_name(code: Optional[int]) -> str:
+    """The ``EAI_*`` name of a getaddrinfo code (``"EAI_NONAME"``), or the number as text."""
+    return _EAI_NAMES.get(code, "getaddrinfo error %s" % code)
 
 
 @dataclass(frozen=True)
@@ -125,8 +161,9 @@ def lookup_host(
     first answer taken, as rping does; the :class:`HostName` says what it answered.  The
     port may be a service name (``peer:ssh``), looked up in the services database for
     ``protocol`` (:func:`service_port`).  Neither: the :class:`~pyrdmacm.errors.UsageError`
-    of :func:`parse_address`; a name ``getaddrinfo`` cannot look up, or an unknown service:
-    a UsageError saying so.  ``getaddrinfo``: for tests.
+    of :func:`parse_address`; an unknown service: a UsageError saying so; a name the name
+    service cannot look up: a :class:`NameServiceError` (an OSError, with the EAI code).
+    ``getaddrinfo``: for tests.
     """
     try:
         return parse_address(value, port), None
@@ -144,18 +181,15 @@ def lookup_host(
         if named is None:
             raise error from None
     name, given_port = named
-    import socket
-
     ask = getaddrinfo or socket.getaddrinfo
     fam = {AF_INET: socket.AF_INET, AF_INET6: socket.AF_INET6}.get(family, socket.AF_UNSPEC)
     try:
         answers = ask(name, None, fam, socket.SOCK_STREAM)
     except socket.gaierror as e:
         of = {AF_INET: " as IPv4", AF_INET6: " as IPv6"}.get(family, "")
-        raise UsageError(
-            "cannot look up host name %s%s: %s (getaddrinfo; check the name, /etc/hosts and DNS, or write "
-            "an IP address)" % (show(name), of, e.strerror or e)
-        ) from None
+        raise NameServiceError(
+            e.errno or 0, "cannot look up host name %s%s: %s (%s; check the name, /etc/hosts and DNS, or write an IP "
+            "address)" % (show(name), of, e.strerror or e, eai_name(e.errno)), name) from None
     except (UnicodeError, ValueError) as e:
         raise UsageError("cannot look up host name %s: %s" % (show(name), e)) from None
     found: "list[IPAddress]" = []

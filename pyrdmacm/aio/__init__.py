@@ -65,7 +65,7 @@ import weakref
 from collections import deque
 from typing import Any, AsyncIterator, Callable, Deque, Dict, Iterable, List, Optional, Tuple, Union
 
-from .addrinfo import getaddrinfo as getaddrinfo
+from .addrinfo import getaddrinfo as getaddrinfo, getaddrinfo_all as getaddrinfo_all
 from .requests import Handout
 from .futures import BatchWaiter, CloseWatch, FutureWaiter, event_error
 from ..core.poll import timeout_seconds
@@ -78,7 +78,7 @@ from ..core.events import Event
 from ..core.membership import Membership
 from ..state import Call, Kind, State
 
-__all__ = ["AsyncChannel", "getaddrinfo"]
+__all__ = ["AsyncChannel", "getaddrinfo", "getaddrinfo_all"]
 
 _DRAIN = 256  # at most this many events handed out per get_events call when the fd is readable
 _CONNECT_RESPONSE = CmEventType.CONNECT_RESPONSE

@@ -21,7 +21,7 @@ def _address(text: str, what: str, numeric: bool, port: Optional[int] = None, fa
     a host name and a service name (``peer:ssh``, the services database's port for
     ``protocol``) looked up unless ``numeric``; the Address is what the pre-check and the
     library get."""
-    from ..addr.lookup import host_name, lookup_host, service_name
+    from ..addr.lookup import NameServiceError, host_name, lookup_host, service_name
     from ..addr import parse_address
     from ..errors import UsageError
 
@@ -29,6 +29,8 @@ def _address(text: str, what: str, numeric: bool, port: Optional[int] = None, fa
         if numeric:
             return parse_address(text, port), None
         return lookup_host(text, port, family=family, protocol=protocol)
+    except NameServiceError as e:
+        raise _BadInput("%s: %s" % (what, e)) from None
     except UsageError as e:
         if numeric and service_name(text) is not None:
             raise _BadInput("%s %r names its port by a service, and -n/--numeric looks up none: write the port "

@@ -60,7 +60,7 @@ def targets(words: Sequence[str], *, all_addresses: bool = False, numeric: bool 
     getaddrinfo does (its first answer; every address with ``all_addresses``).  A name that
     does not resolve is a target with an ``error`` (its cells say so: the rest are still
     checked).  Duplicates (the same address twice) are checked once: ValueError names them."""
-    from ..addr.lookup import lookup_host
+    from ..addr.lookup import NameServiceError, lookup_host
     from ..errors import UsageError
 
     out: List[Target] = []
@@ -71,7 +71,7 @@ def targets(words: Sequence[str], *, all_addresses: bool = False, numeric: bool 
                 out.append(Target(w, w if "%" in w else str(ip)))
                 continue
             addr, named = lookup_host(w)
-        except (UsageError, ValueError) as e:
+        except (UsageError, ValueError, NameServiceError) as e:
             out.append(Target(w, None, str(e)))
             continue
         if named is not None and all_addresses and len(named.addresses) > 1:

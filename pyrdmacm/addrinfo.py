@@ -372,6 +372,12 @@ def _answer_record(answer: Any, node: Optional[str], flags: RaiFlag, family: int
     addr = _answer_address(sockaddr)
     rec_family = addr.family
     if family == AF_IB and flags & RaiFlag.NUMERICHOST:
+        if node is None and addr.family == AF_INET and addr.ip.is_unspecified:
+            # passive with no node: the C library's first answer is the IPv4 wildcard, which
+            # librdmacm reads as a sockaddr_in6 (its GID's last 8 bytes and its scope id come
+            # from past the answer's end); the AF_IB wildcard is the zero GID (the kernel's
+            # cma_any_addr for AF_IB), as librdmacm answers when the first answer is ::
+            addr = Address(ipaddress.IPv6Address(0), addr.port)
         if addr.family != AF_INET6:
             raise UsageError(
                 "node %s gives the IPv4 address %s, but an AF_IB address takes a GID (128 bits, written like an "

@@ -145,6 +145,26 @@ def test_af_ib_service_id_from_port_space_and_port() -> None:
     assert getaddrinfo("fe80::1%lo", "1", family=AF_IB, no_route=True).family == AF_INET6
 
 
+def test_a_passive_af_ib_hint_with_no_node_is_the_af_ib_wildcard() -> None:
+    """RAI_PASSIVE | RAI_NUMERICHOST | RAI_FAMILY with AF_IB and no node: an AF_IB address to
+    listen on, the zero GID (the kernel's wildcard for AF_IB), pkey 0xffff, the service id
+    of the port space and port. librdmacm reads the C library's first answer (0.0.0.0, a
+    sockaddr_in) as a sockaddr_in6, so the GID's last 8 bytes and the scope id of its answer
+    come from past that answer's end; everything else it answers is this."""
+    for answer in ([(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("0.0.0.0", 7471))],
+                   [(socket.AF_INET6, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("::", 7471, 0, 0))]):
+        info = getaddrinfo(None, "7471", passive=True, numeric_host=True, family=AF_IB,
+                           resolver=lambda *a, answer=answer: answer)
+        assert info.family == AF_IB and info.dst is None and info.src is not None
+        src = info.src
+        assert (src.ip, src.pkey, src.sid, src.sid_mask, src.port) == (
+            ipaddress.IPv6Address(0), 0xFFFF, 0x01061D2F, 0xFFFFFFFFFFFFFFFF, 7471)
+        assert src.is_any
+    real = getaddrinfo(None, "0", passive=True, numeric_host=True, family=AF_IB)  # this host's C library
+    assert real.src is not None and real.src.ip == ipaddress.IPv6Address(0)
+    assert (real.src.sid, real.src.sid_mask) == (0x01060000, 0xFFFFFFFFFFFF0000)
+
+
 def test_af_ib_of_an_ipv4_answer_is_refused() -> None:
     with pytest.raises(UsageError, match="IPv4 address 10.0.0.2, but an AF_IB address takes a GID"):
         getaddrinfo("10.0.0.2", "7471", numeric_host=True, family=AF_IB)

@@ -196,3 +196,28 @@ def test_the_docs_examples_type_check_strictly(tmp_path):
     report = "\n".join(" ".join(where.get(word.split(":")[0], word) if word.startswith("example_") else word
                                 for word in line.split(" ")) for line in proc.stdout.splitlines())
     assert proc.returncode == 0, report + proc.stderr
+
+
+def test_no_public_signature_shows_a_private_parameter():
+    """help() on a public call shows what a user passes, nothing the library passes itself
+    (get_event had three private flags on its public signature, passed positionally)."""
+    import inspect
+
+    from pyrdmacm import aio
+
+    objs = [(n, getattr(pyrdmacm, n)) for n in pyrdmacm.__all__] + [("aio." + n, getattr(aio, n))
+                                                                   for n in aio.__all__]
+    seen, bad = 0, []
+    for name, obj in objs:
+        members = [(name, obj)]
+        if inspect.isclass(obj):
+            members += [(name + "." + k, v) for k, v in vars(obj).items() if not k.startswith("_") and callable(v)]
+        for where, member in members:
+            try:
+                sig = inspect.signature(member)
+            except (TypeError, ValueError):
+                continue
+            seen += 1
+            bad += ["%s%s" % (where, sig) for p in sig.parameters if p.startswith("_")]
+    assert seen > 100 and not bad, bad
+    assert list(inspect.signature(pyrdmacm.EventChannel.get_event).parameters) == ["self", "timeout"]

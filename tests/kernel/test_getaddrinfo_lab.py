@@ -126,8 +126,10 @@ def _eai_name(code: int) -> str:
 
 #: rows where librdmacm answers something pyrdmacm refuses, and why
 KNOWN = {
-    "AF_IB, passive, v6 any": "the C library's first passive answer with no node is 0.0.0.0 (IPv4): the same "
-                              "misread as the next row's",
+    "AF_IB, passive, v6 any": "the C library's first passive answer with no node is 0.0.0.0 (IPv4), which "
+                              "librdmacm misreads as the next row's (the GID's last 8 bytes and the scope id read "
+                              "past the answer's end); pyrdmacm answers the AF_IB wildcard, the zero GID (the "
+                              "kernel's cma_any_addr), with librdmacm's pkey, service id and mask",
     "AF_IB of an IPv4 answer": "librdmacm's ucma_convert_in6 reads the C library's IPv4 answer (a 16-byte "
                                "sockaddr_in) as a sockaddr_in6: the IPv4 address becomes the flow label, sin_zero "
                                "the GID's first 8 bytes, and the GID's last 8 are read past the answer's end; "
@@ -136,15 +138,23 @@ KNOWN = {
 
 
 def _known(row: Tuple[Any, ...], theirs: Dict[str, Any]) -> None:
-    """The misread of an IPv4 answer as AF_IB: what librdmacm answers, and pyrdmacm's refusal."""
+    """The misread of an IPv4 answer as AF_IB: what librdmacm answers, and pyrdmacm's answer
+    (the wildcard) or refusal (an IPv4 node)."""
     assert theirs["ret"] == 0 and len(theirs["records"]) == 1, theirs
     lib = theirs["records"][0]
     raw = bytes.fromhex(lib["src"] if row[3] & P else lib["dst"])
     assert lib["ai_family"] == AF_IB and len(raw) == 48, lib
     assert raw[4:8] == ipaddress.IPv4Address(row[1] or "0.0.0.0").packed, "the flow label holds the IPv4 address"
     assert raw[8:16] == bytes(8), "the GID's first 8 bytes are sin_zero"
-    with pytest.raises(UsageError, match="IPv4"):
-        _ours(row)
+    if row[1] is not None:
+        with pytest.raises(UsageError, match="IPv4"):
+            _ours(row)
+        return
+    ours = _ours(row)  # sockaddr_ib: family, pkey, flow label, GID (16), sid, sid mask, scope id
+    mine = ours.src.pack_sockaddr()
+    assert ours.family == AF_IB and ours.src.ip == ipaddress.IPv6Address(0) and ours.dst is None
+    assert mine[:16] == raw[:16] and mine[24:40] == raw[24:40], (mine.hex(), raw.hex())
+    assert mine[16:24] == bytes(8) and mine[40:] == bytes(8)  # where librdmacm reads past its answer
 
 
 @pytest.mark.parametrize("index", range(len(ROWS)), ids=[r[0] for r in ROWS])

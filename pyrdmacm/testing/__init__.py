@@ -4,7 +4,8 @@
   speaks the real bytes over a pipe, for tests on any machine:
   ``EventChannel(FakeKernel(FakeNet(...)))``; it can be told to queue any event
   (:meth:`~FakeKernel.inject_event`, :meth:`~FakeKernel.incoming_request`) and shows what
-  it holds (:attr:`~FakeKernel.ids`, :attr:`~FakeKernel.commands`).
+  it holds (:attr:`~FakeKernel.ids`, and :attr:`~FakeKernel.commands`: a :class:`Command`
+  each, whose ``fields`` decode its body).
 * :class:`FakeFabric` (with :class:`FakeHost`, :class:`FabricKernel`): several such
   hosts joined by a fabric, whose kernels carry the IB CM's messages between them
   (connect, accept, reject, disconnect, SIDR) as the real ones do for ids without a QP:
@@ -23,7 +24,7 @@ from ..conformance import CASES, Result
 from ..conformance import run as run_conformance
 from ._ibcm import IbCmState
 from .fabric import CmMessage, FabricKernel, FakeFabric, FakeHost
-from .fake import FakeDevice, FakeId, FakeKernel, FakeNet
+from .fake import Command, FakeDevice, FakeId, FakeKernel, FakeNet
 
-__all__ = ["FakeDevice", "FakeId", "FakeKernel", "FakeNet", "FakeFabric", "FakeHost", "FabricKernel", "CmMessage",
+__all__ = ["Command", "FakeDevice", "FakeId", "FakeKernel", "FakeNet", "FakeFabric", "FakeHost", "FabricKernel", "CmMessage",
            "IbCmState", "run_conformance", "CASES", "Result"]

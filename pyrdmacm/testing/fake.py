@@ -58,7 +58,7 @@ from __future__ import annotations
 import errno
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from .. import abi, kernel_rules
 from ..abi.codec import CODECS
@@ -70,7 +70,7 @@ from .fake_multicast import MulticastCommands
 from .fake_net import FakeDevice, FakeNet
 from .fake_options import OptionCommands
 
-__all__ = ["FakeKernel", "FakeNet", "FakeDevice", "FakeId"]
+__all__ = ["Command", "FakeKernel", "FakeNet", "FakeDevice", "FakeId"]
 
 C = abi.UserCmCmd
 E = abi.CmEventType
@@ -84,6 +84,34 @@ _BEFORE_IB_SERVICE = max(v for v in kernel_rules.LAB_KERNELS.values() if v < (6,
 
 #: a command's handler: ``handler(body, size_out)``
 Handler = Callable[[bytes, int], None]
+#: the command numbers as members, made once (a command's record names its own)
+_COMMANDS = {int(c): c for c in C}
+
+
+class Command(NamedTuple):
+    """One command the fake read (:attr:`FakeKernel.commands`), as the kernel reads it: the
+    header's command, ``in`` and ``out`` sizes, and the body's bytes; :attr:`fields`
+    decodes the body by its struct (``rdma_ucm_resolve_ip`` ...)."""
+
+    #: the command (its member of :class:`~pyrdmacm.abi.UserCmCmd`)
+    cmd: abi.UserCmCmd
+    #: the header's ``in``: the body's size
+    in_size: int
+    #: the header's ``out``: the reply's size (0: no reply)
+    out_size: int
+    #: the body's bytes
+    body: bytes
+
+    @property
+    def fields(self) -> Dict[str, Any]:
+        """The body decoded, its fields by their names in the kernel's struct
+        (:func:`pyrdmacm.decode.decode_command`'s ``body``)."""
+        from ..decode import decode_command
+
+        decoded = decode_command(_HDR.pack_dict({"cmd": int(self.cmd), "in": self.in_size, "out": self.out_size})
+                                 + self.body)
+        body: Dict[str, Any] = decoded["body"]
+        return body
 
 
 class FakeKernel:
@@ -123,7 +151,7 @@ class FakeKernel:
                                             roce_ipv6_multicast=self.roce_ipv6_multicast)
         self._handlers = self._table()
         #: every command written: (cmd, in, out, body bytes) -- for tests
-        self.log: List[Tuple[int, int, int, bytes]] = []
+        self.log: List[Command] = []
         self.abi_version = 4
 
     def _id_commands(self, file: UcmaFile) -> IdCommands:
@@ -148,8 +176,9 @@ class FakeKernel:
 
     # -- what tests may do and ask
     @property
-    def commands(self) -> List[Tuple[int, int, int, bytes]]:
-        """Every command written, in order: ``(cmd, in, out, body bytes)``."""
+    def commands(self) -> List[Command]:
+        """Every command written, in order: a :class:`Command` each (``(cmd, in_size,
+        out_size, body)``, and its decoded ``fields``)."""
         return self.log
 
     @property
@@ -245,7 +274,7 @@ class FakeKernel:
         if cmd == C.GET_OPTION:  # in the table, never implemented
             raise kernel_error(errno.ENOSYS)
         body = data[_HDR.size: _HDR.size + size_in]
-        self.log.append((cmd, size_in, size_out, body))
+        self.log.append(Command(_COMMANDS[cmd], size_in, size_out, body))
         handler = self._handlers[cmd]
         file = self._file
         queued = len(file.events)

@@ -28,27 +28,57 @@ PACKET_LIFETIME = 16
 
 @dataclass
 class FakeDevice:
+    """An RDMA device of the fake host, and the port a local address is on."""
+
+    #: the device's name (``rxe0``, ``mlx5_0``): what ``CmId.device`` names
     name: str = "fake0"
+    #: its index (the kernel's ``ib_device`` index, QUERY's ``node_guid`` answers beside it)
     index: int = 1
+    #: its node GUID (QUERY's ``node_guid``; an InfiniBand port's GIDs are made of it)
     node_guid: int = 0x0002C9030000ABCD
+    #: the port the address is on (``CmId.port_num``)
     port_num: int = 1
+    #: the port's partition key
     pkey: int = 0xFFFF
-    link_layer: str = "Ethernet"  # or "InfiniBand"
+    #: "Ethernet" (RoCE: a GID is the address itself) or "InfiniBand" (a GID is the subnet
+    #: prefix and the port GUID)
+    link_layer: str = "Ethernet"
+    #: the netdev the address is on
     netdev: str = "eth0"
 
 
 @dataclass
 class FakeNet:
-    """Who is where.  Addresses are strings for brevity."""
+    """Who is where, as one host's kernel sees it.  Addresses are strings for brevity.
 
+    ``FakeNet(local={"10.0.2.15": FakeDevice("rxe0")}, peers={"10.0.2.2"})`` is a host
+    with one RDMA address and one neighbour that answers; the routing tables' source for a
+    destination not on the host (``default_src``) is, unless given, the first local address
+    of its IP version."""
+
+    #: the host's addresses, each on the RDMA device (and port) it belongs to
     local: Dict[str, FakeDevice] = field(
         default_factory=lambda: {"10.0.0.1": FakeDevice(), "fd00::1": FakeDevice()}
     )
+    #: the neighbours that answer ARP / neighbour discovery (and whose CM answers: a REQ to
+    #: anyone else goes unanswered, as to a host that is down)
     peers: Set[str] = field(default_factory=lambda: {"10.0.0.2", "fd00::2"})
+    #: destinations with no route (RESOLVE_ADDR: ENETUNREACH)
     no_route: Set[str] = field(default_factory=lambda: {"192.0.2.1"})
-    #: destination -> the source the routing tables pick for it
-    default_src: Dict[int, str] = field(default_factory=lambda: {4: "10.0.0.1", 6: "fd00::1"})
+    #: IP version (4, 6) -> the source the routing tables pick for a destination off the
+    #: host; not given (empty): the first local address of each version
+    default_src: Dict[int, str] = field(default_factory=dict)
+    #: whether IPoIB runs on the peers (an InfiniBand resolution needs it on both nodes)
     ipoib_peers: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.default_src:
+            for a in self.local:
+                self.default_src.setdefault(ipaddress.ip_address(a.split("%")[0]).version, a)
+        for version, a in self.default_src.items():
+            if a not in self.local:
+                raise ValueError("FakeNet default_src[%d] %r is no local address (local: %s): the routing tables "
+                                 "pick a source of the host's own" % (version, a, ", ".join(self.local) or "none"))
 
     def gid_of(self, ip: Any, dev: FakeDevice) -> ipaddress.IPv6Address:
         ip = ipaddress.ip_address(ip)

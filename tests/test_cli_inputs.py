@@ -124,7 +124,6 @@ BAD = [
     (["ping", "10.0.2.2", "--src", "fe80::1"], "needs a zone"),
     (["ping", "10.0.2.2", "--timeout", "4294967296"], "bad --timeout"),
     (["ping", "nosuchhost:7471"], "cannot look up host name 'nosuchhost'"),
-    (["listen", "7471", "--ps", "ib"], "bad --ps 'ib'"),
     (["route", "127.0.0.1:no-such-service"], "DST: unknown service 'no-such-service' in '127.0.0.1:no-such-service'"),
     (["route", "-n", "127.0.0.1:ssh"], "DST '127.0.0.1:ssh' names its port by a service, and -n/--numeric"),
     (["ping", "--src", "nosuchhost", "10.0.2.2"], "--src: cannot look up host name 'nosuchhost'"),
@@ -151,6 +150,7 @@ ARGPARSE = [
     ["route"], ["route", "10.0.2.2", "extra"], ["devices", "--all"], ["ping"], ["listen"], ["decode", "--reply"],
     ["resolve", "10.0.2.2", "--timeout"], ["--no-such-flag"],
     ["resolve", "10.0.2.2", "--js"], ["conformance", "--li"],  # no abbreviations: --js is not --json
+    ["listen", "7471", "--ps", "ib"],
 ]
 
 
@@ -165,9 +165,16 @@ def test_version_and_help_exit_0(capsys: Any) -> None:
     from pyrdmacm import __version__
 
     assert run(capsys, "--version")[:2] == (0, "pyrdmacm %s\n" % __version__)
-    for sub in ("resolve", "route", "ping", "listen", "devices", "probe", "decode", "conformance"):
+    code, out, _ = run(capsys, "--help")
+    assert code == 0 and cli.exit_codes_text() in out  # the table once, at the top
+    parser = cli.build_parser()
+    helps = {a.dest: a.help for a in parser._subparsers._group_actions[0]._choices_actions}  # type: ignore
+    for sub in ("resolve", "route", "ping", "listen", "devices", "probe", "decode", "conformance", "mesh", "mcast",
+                "ids"):
         code, out, _ = run(capsys, sub, "--help")
-        assert code == 0 and cli.exit_codes_text() in out, sub
+        said = " ".join(out.split("\n\n")[1].split())  # the paragraph after the usage
+        assert code == 0 and said.lower() == helps[sub].lower() + ".", (sub, said)  # what it does
+        assert cli.exit_codes_text() not in out and "`pyrdmacm --help` shows the table" in out, sub
 
 
 # --------------------------------------------------------------------------- one table of exit codes

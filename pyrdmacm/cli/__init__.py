@@ -1,4 +1,4 @@
-"""``pyrdmacm``: resolve RDMA addresses and say where they land, and why.
+"""``pyrdmacm``: the RDMA connection manager from the command line: resolve, connect, listen, check a fabric.
 
 Subcommands (``pyrdmacm COMMAND --help`` for each)::
 
@@ -25,7 +25,7 @@ Subcommands (``pyrdmacm COMMAND --help`` for each)::
 The exit status is the same for every subcommand (``EXIT_CODES``, shown by
 ``--help`` and docs/cli.md): 0 success, 1 a failure event, 2 the kernel
 refused (or would refuse, or ``--strict`` refused), 3 bad input, 4 no usable
-RDMA here, 130 interrupted.
+RDMA here, 5 the output could not be written, 130 interrupted.
 
 Addresses are written as the library takes them (``10.0.0.2``,
 ``10.0.0.2:7471``, ``fe80::1%eth0``, ``[fe80::1%eth0]:7471``, ``gid:...``) or as
@@ -72,8 +72,8 @@ from .inputs import DEFAULT_PORT
 from .output import (EXIT_CODES, EXIT_EVENT, EXIT_INTERRUPTED, EXIT_KERNEL, EXIT_NODEV, EXIT_OK, EXIT_OUTPUT,
                      EXIT_USAGE, _err, _refused_exit, _text, exit_codes_text)
 
-__all__ = ["EXIT_CODES", "EXIT_EVENT", "EXIT_INTERRUPTED", "EXIT_KERNEL", "EXIT_NODEV", "EXIT_OK", "EXIT_OUTPUT",
-           "EXIT_USAGE", "build_parser", "exit_codes_text", "main"]
+__all__ = ["EXAMPLES", "EXIT_CODES", "EXIT_EVENT", "EXIT_INTERRUPTED", "EXIT_KERNEL", "EXIT_NODEV", "EXIT_OK",
+           "EXIT_OUTPUT", "EXIT_USAGE", "build_parser", "exit_codes_text", "main"]
 
 
 def _command(module: str, name: str) -> Callable[[argparse.Namespace], int]:
@@ -92,10 +92,13 @@ def _command(module: str, name: str) -> Callable[[argparse.Namespace], int]:
 class _Parser(argparse.ArgumentParser):
     """argparse with its refusals (an unknown option, a missing argument, a bad choice) exiting
     with EXIT_USAGE, as every other refusal of bad input does (argparse's own 2 would say "the
-    kernel refused"); every subcommand's --help ends with the exit-code table."""
+    kernel refused").  ``pyrdmacm --help`` ends with the exit-code table, each subcommand's
+    --help with where to find it (the table once); a subcommand's --help starts with what it
+    does (its one-line help)."""
 
     def __init__(self, *a: Any, **kw: Any) -> None:
-        kw.setdefault("epilog", exit_codes_text())
+        kw.setdefault("epilog", _SUB_EPILOG if " " in kw.get("prog", "")
+                      else _examples_text() + "\n\n" + exit_codes_text())
         kw.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         kw.setdefault("allow_abbrev", False)  # --js must not mean --json: new options would make it ambiguous
         super().__init__(*a, **kw)
@@ -103,6 +106,68 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, "%s: error: %s\n" % (self.prog, message))
+
+
+#: what the command line is for, shown by ``pyrdmacm --help`` and the man page's EXAMPLES
+#: (tests/test_manpages.py parses each): the command, and what it does
+EXAMPLES = (
+    ("pyrdmacm route 10.0.0.2", "where a resolution of 10.0.0.2 would land, and why (no RDMA device needed)"),
+    ("pyrdmacm resolve 10.0.0.2 --route", "resolve the address and the route: the device, port, GIDs, path record"),
+    ("pyrdmacm ping 10.0.0.2:7471 --count 3", "connect three times as a client would, timing each step"),
+    ("pyrdmacm listen 7471", "listen as rping -s does; show each request and what follows"),
+    ("pyrdmacm mesh --hosts nodes.txt --json > mesh-$(hostname).json",
+     "the fabric check: every local rail to every host of nodes.txt, saved"),
+    ("pyrdmacm mesh --merge mesh-*.json --svg fabric.svg", "every node's run as one matrix, and its picture"),
+    ("pyrdmacm ids --watch", "the kernel's rdma_cm ids on this host as they come and go"),
+    ("strace -f -xx -s 4096 -e trace=write rping -c -a 10.0.0.2 2>&1 | pyrdmacm decode --brief",
+     "name the fields of every command librdmacm writes"),
+)
+
+
+def _examples_text() -> str:
+    return "examples:\n" + "\n".join("  %s\n      %s" % (cmd, what) for cmd, what in EXAMPLES)
+
+
+#: the end of each subcommand's --help: the exit table is the same for all, shown once
+_SUB_EPILOG = ("exit status: the same for every subcommand (0 success, 1 a failure event, 3 bad input\n"
+               "...): `pyrdmacm --help` shows the table, docs/cli.md too")
+
+
+def _subcommand(sub: Any, name: str, help: str) -> argparse.ArgumentParser:
+    """A subcommand's parser: its one-line ``help`` in pyrdmacm's list and, as a sentence, at
+    the top of its own --help."""
+    import textwrap
+
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, help=help, description=textwrap.fill(help[:1].upper() + help[1:] + ".", 78))
+    return parser
+
+
+#: what shtab completes a file argument with (its FILE), set on the argument so that the
+#: completions offer files there; shtab itself is not needed to build the parser
+_FILE_COMPLETION = {"bash": "_shtab_compgen_files", "zsh": "_files"}
+
+
+def _files(action: argparse.Action) -> argparse.Action:
+    """Mark ``action`` as taking file names (the completions offer files)."""
+    setattr(action, "complete", _FILE_COMPLETION)
+    return action
+
+
+class _PrintCompletion(argparse.Action):
+    """``--print-completion bash|zsh``: the shell's completion script, made from this parser
+    by shtab (shtab's own convention, for pip users; a distribution's package ships the
+    scripts tools/manpages makes)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: Optional[str] = None) -> None:
+        try:
+            import shtab
+        except ImportError:
+            parser.exit(EXIT_USAGE, "pyrdmacm: --print-completion makes the script with shtab, which is not "
+                                    "installed here: pip install shtab (or 'pyrdmacm[completion]')\n")
+        sys.stdout.write(shtab.complete(parser, shell=values))
+        parser.exit(EXIT_OK)
 
 
 def _numeric_flag(p: argparse.ArgumentParser) -> None:
@@ -116,6 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _Parser(prog="pyrdmacm", description=__doc__.split("\n\n")[0].replace("``", ""))
     p.add_argument("--version", action="version", version="pyrdmacm %s" % __version__)
+    p.add_argument("--print-completion", action=_PrintCompletion, choices=["bash", "zsh"], metavar="{bash,zsh}",
+                   help="print the shell's completion script (needs shtab: pip install shtab) and exit")
     p.add_argument("-j", "--json", dest="json_compact", action="store_true",
                    help="JSON output for any subcommand, one line a document (as `ip -j`)")
     p.add_argument("-p", "--pretty", dest="json_pretty", action="store_true",
@@ -127,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     dst_help = ("10.0.0.2, 10.0.0.2:7471, fe80::1%%eth0, [fec0::2]:7471, gid:fe80::2:c903:0:1, or a host name "
                 "(looked up as rping does: getaddrinfo's first answer)")
 
-    r = sub.add_parser("resolve", help="resolve DST as rdma_resolve_addr does; show prediction and result")
+    r = _subcommand(sub, "resolve", "resolve DST as rdma_resolve_addr does; show prediction and result")
     r.add_argument("dst", metavar="DST", help=dst_help)
     r.add_argument("--src", help="source address to bind (default: the routing tables choose)")
     r.add_argument("--timeout", default="2000", metavar="MS",
@@ -145,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     _numeric_flag(r)
     r.set_defaults(func=_command("resolve", "cmd_resolve"))
 
-    rt = sub.add_parser("route", help="predict where DST will land (routing tables, RDMA devices); "
+    rt = _subcommand(sub, "route", "predict where DST will land (routing tables, RDMA devices); "
                                       "needs no RDMA device: says what is missing")
     rt.add_argument("dst", metavar="DST", help=dst_help)
     rt.add_argument("--src", help="the source address resolve would bind")
@@ -154,15 +221,15 @@ def build_parser() -> argparse.ArgumentParser:
     _numeric_flag(rt)
     rt.set_defaults(func=_command("route", "cmd_route"))
 
-    d = sub.add_parser("devices", help="RDMA devices, ports, GID tables and netdevs (no libibverbs)")
+    d = _subcommand(sub, "devices", "RDMA devices, ports, GID tables and netdevs (no libibverbs)")
     d.add_argument("--json", action="store_true", help="JSON output for scripts")
     d.set_defaults(func=_command("diag", "cmd_devices"))
 
-    pr = sub.add_parser("probe", help="the device node, ABI version, netns mode and kernel version")
+    pr = _subcommand(sub, "probe", "the device node, ABI version, netns mode and kernel version")
     pr.add_argument("--json", action="store_true", help="JSON output for scripts")
     pr.set_defaults(func=_command("diag", "cmd_probe"))
 
-    ids = sub.add_parser("ids", help="the kernel's rdma_cm ids on this host (RDMA netlink), as `rdma resource show "
+    ids = _subcommand(sub, "ids", "the kernel's rdma_cm ids on this host (RDMA netlink), as `rdma resource show "
                                      "cm_id` shows them; --watch shows what changes")
     ids.add_argument("--json", action="store_true", help="JSON output for scripts (with --watch: one object a line)")
     ids.add_argument("--watch", nargs="?", const="1", metavar="SEC",
@@ -174,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     ids.add_argument("--ps", choices=["tcp", "udp", "ipoib", "ib"], help="only the ids of this port space")
     ids.set_defaults(func=_command("ids", "cmd_ids"))
 
-    dc = sub.add_parser("decode", help="decode a command write or a reply buffer (hex, or a line of strace -xx -s 4096 "
+    dc = _subcommand(sub, "decode", "decode a command write or a reply buffer (hex, or a line of strace -xx -s 4096 "
                         "-e trace=write -P /dev/infiniband/rdma_cm)")
     dc.add_argument("data", nargs="*", help="hex bytes, an strace write(...) line, or a whole trace (default: "
                                             "stdin): every write of a trace is decoded, one JSON object a line")
@@ -182,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     dc.add_argument("--reply", metavar="KIND", help="decode a reply: CREATE_ID, GET_EVENT, QUERY:ADDR, QUERY:PATH, ...")
     dc.set_defaults(func=_command("diag", "cmd_decode"))
 
-    cf = sub.add_parser("conformance", help="check the running kernel's rdma_cm contract (bad input answered "
+    cf = _subcommand(sub, "conformance", "check the running kernel's rdma_cm contract (bad input answered "
                                             "with the documented errno, known bugs fixed)")
     cf.add_argument("--json", action="store_true", help="JSON output for scripts")
     cf.add_argument("--local", metavar="ADDR",
@@ -192,14 +259,14 @@ def build_parser() -> argparse.ArgumentParser:
     cf.add_argument("--ktap", action="store_true", help="KTAP version 1 output, as kselftest harnesses read it")
     cf.set_defaults(func=_command("diag", "cmd_conformance"))
 
-    pg = sub.add_parser("ping", help="connect to DST as a client would (resolve, connect, RTU, disconnect), "
+    pg = _subcommand(sub, "ping", "connect to DST as a client would (resolve, connect, RTU, disconnect), "
                                      "N times; time each step, show what the peer answered")
     pg.add_argument("dst", metavar="DST[:PORT]", help="10.0.0.2, 10.0.0.2:7471, [fe80::1%%eth0]:7471, peer:7471 "
                                                       "(port default " + str(DEFAULT_PORT)
                                                       + ", librdmacm's examples'; rping and udaddy use 7174)")
     pg.add_argument("--src", help="source address to bind (default: the routing tables choose)")
-    pg.add_argument("--ps", default="tcp", metavar="tcp|udp", help="port space: tcp (RC, the default) or udp "
-                                                                   "(UD: SIDR)")
+    pg.add_argument("--ps", default="tcp", choices=["tcp", "udp"],
+                    help="port space: tcp (RC, the default) or udp (UD: SIDR)")
     pg.add_argument("--count", metavar="N", help="connections to make, one after the other (default 1)")
     pg.add_argument("--private-data", metavar="HEX", help="private data for the REQ (at most 56 bytes; "
                                                           "SIDR REQ: 180)")
@@ -211,12 +278,12 @@ def build_parser() -> argparse.ArgumentParser:
     _numeric_flag(pg)
     pg.set_defaults(func=_command("ping", "cmd_ping"))
 
-    ls = sub.add_parser("listen", help="listen on [ADDR:]PORT; show each request and what follows, "
+    ls = _subcommand(sub, "listen", "listen on [ADDR:]PORT; show each request and what follows, "
                                        "accept (or --reject) it")
     ls.add_argument("addr", metavar="[ADDR:]PORT", help="7471, 10.0.0.1:7471, [::]:7471, localhost:7471 (default "
                                                       "address 0.0.0.0; names and service names looked up)")
-    ls.add_argument("--ps", default="tcp", metavar="tcp|udp", help="port space: tcp (RC, the default) or udp "
-                                                                   "(UD: SIDR)")
+    ls.add_argument("--ps", default="tcp", choices=["tcp", "udp"],
+                    help="port space: tcp (RC, the default) or udp (UD: SIDR)")
     ls.add_argument("--count", metavar="N", help="stop after N connections have ended (default: run until "
                                                  "SIGINT or SIGTERM)")
     ls.add_argument("--reject", action="store_true", help="reject each request (REJ reason 28) instead of "
@@ -233,11 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
     _numeric_flag(ls)
     ls.set_defaults(func=_command("listen", "cmd_listen"))
 
-    ms = sub.add_parser("mesh", help="the fabric check: from every local rail (RDMA netdev), does the CM reach "
+    ms = _subcommand(sub, "mesh", "the fabric check: from every local rail (RDMA netdev), does the CM reach "
                                      "each target? a matrix, with the reason of every failure")
     ms.add_argument("targets", nargs="*", metavar="TARGET", help="addresses or host names to check (a name: its "
                                                                  "first address, or all with --all-addresses)")
-    ms.add_argument("--hosts", metavar="FILE", help="more targets, from FILE: whitespace-separated, # comments")
+    _files(ms.add_argument("--hosts", metavar="FILE", help="more targets, from FILE: whitespace-separated, # comments"))
     ms.add_argument("--rails", metavar="NETDEVS", help="the rails to check from: netdev names separated by commas, "
                                                        "or all (default: every netdev with an RDMA device)")
     ms.add_argument("--port", metavar="P", help="the port to connect to (default %d: a listener there, e.g. "
@@ -252,15 +319,15 @@ def build_parser() -> argparse.ArgumentParser:
     ms.add_argument("-n", "--numeric", action="store_true", help="look up no host names: targets are addresses")
     ms.add_argument("--json", action="store_true", help="JSON Lines: a line per cell as it ends, then the summary "
                                                        "(what --merge reads)")
-    ms.add_argument("--svg", metavar="FILE", help="also draw the matrix as an SVG picture in FILE")
-    ms.add_argument("--prometheus", metavar="FILE", help="also write the matrix as a Prometheus text file "
-                                                         "(node_exporter's textfile collector)")
-    ms.add_argument("--merge", nargs="+", metavar="FILE", help="join saved --json runs (one per host) into one "
-                                                               "matrix instead of checking")
+    _files(ms.add_argument("--svg", metavar="FILE", help="also draw the matrix as an SVG picture in FILE"))
+    _files(ms.add_argument("--prometheus", metavar="FILE", help="also write the matrix as a Prometheus text file "
+                                                         "(node_exporter's textfile collector)"))
+    _files(ms.add_argument("--merge", nargs="+", metavar="FILE", help="join saved --json runs (one per host) into one "
+                                                               "matrix instead of checking"))
     ms.add_argument("--brief", action="store_true", help="the table alone, without each failure's explanation")
     ms.set_defaults(func=_command("mesh", "cmd_mesh"))
 
-    mc = sub.add_parser("mcast", help="join a multicast group as mckey does, without a QP: show the group's address "
+    mc = _subcommand(sub, "mcast", "join a multicast group as mckey does, without a QP: show the group's address "
                                       "handle, follow its events, leave")
     mc.add_argument("group", metavar="GROUP", help="an IP multicast group: 239.1.1.1, ff0e::1 (RoCE v2: IPv4 only), "
                                                   "or a host name that is one")

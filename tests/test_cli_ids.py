@@ -44,15 +44,32 @@ def test_ids_json_and_filters(monkeypatch):
     code, out, _ = _run("--json")
     doc = json.loads(out)
     rows = doc["ids"]
-    assert code == 0 and [r["cm_idn"] for r in rows] == [3, 7]
+    assert code == 0 and [r["cm-idn"] for r in rows] == [3, 7]
     assert (doc["schema"], doc["exit"]) == (1, 0)
-    assert rows[1] == {"dev": "rxe0", "port": 1, "cm_idn": 7, "state": "LISTEN", "ps": "TCP", "qp_num": None,
-                       "pid": 4194305, "comm": None, "kernel": False, "src": "10.0.2.15:7471", "dst": None}
+    # rdma -j resource show cm_id's keys where the fact is the same (src-addr holds the port, as rdma's)
+    assert rows[1] == {"ifindex": 1, "ifname": "rxe0", "port": 1, "cm-idn": 7, "lqpn": None, "state": "LISTEN",
+                       "ps": "TCP", "pid": 4194305, "comm": None, "kernel": False, "src-addr": "10.0.2.15:7471",
+                       "dst-addr": None}
     assert rows[0]["kernel"] and rows[0]["comm"] == "ib_ipoib"
     for args, want in ((("--pid", "4194305"), [7]), (("--state", "listen"), [7]), (("--ps", "ipoib"), [3]),
-                       (("--dev", "mlx5_0"), []), (("--pid", "1", "--ps", "tcp"), [])):
+                       (("--dev", "mlx5_0"), []), (("--pid", "1", "--ps", "tcp"), []),
+                       (("--src-addr", "10.0.2.15"), [7]), (("--src-addr", "fe80::1"), [3]),
+                       (("--src-port", "7471"), [7]), (("--src-port", "0"), [3]), (("--dst-port", "7471"), []),
+                       (("--dst-addr", "10.0.2.2"), []), (("--src-addr", "10.0.2.15", "--src-port", "1"), [])):
         code, out, _ = _run("--json", *args)
-        assert code == 0 and [r["cm_idn"] for r in json.loads(out)["ids"]] == want, args
+        assert code == 0 and [r["cm-idn"] for r in json.loads(out)["ids"]] == want, args
+
+
+def test_ids_refuses_a_filter_it_cannot_match(monkeypatch):
+    """A state no id can be in, an address or a port that is none: exit 3 naming it (it was
+    accepted, and matched nothing, silently)."""
+    _dump(monkeypatch, [LISTENER, KERNEL])
+    for args, says in ((("--state", "FOO"), "--state 'FOO' is no state of an id: give one of IDLE, ADDR_QUERY"),
+                       (("--src-addr", "10.0.2.300"), "--src-addr '10.0.2.300' is not an IP address"),
+                       (("--dst-port", "-1"), "--dst-port '-1' is not a port: give 0..65535"),
+                       (("--src-port", "http"), "--src-port 'http' is not a port")):
+        code, out, err = _run("--json", *args)
+        assert code == 3 and out == "" and err.startswith("pyrdmacm: " + says), (args, err)
 
 
 def test_ids_without_rdma_netlink_exits_4(monkeypatch):
@@ -98,7 +115,7 @@ def test_ids_watch_shows_changes_until_interrupted(monkeypatch):
     assert all(c["schema"] == 1 for c in lines)
     last = lines.pop()  # the stream's last line: stopped, with the exit status
     assert (last["change"], last["exit"]) == ("stopped", 0)
-    seen = [(c["change"], c["id"]["cm_idn"], c["id"]["state"]) for c in lines]
+    seen = [(c["change"], c["id"]["cm-idn"], c["id"]["state"]) for c in lines]
     assert seen == [("present", 3, "ADDR_BOUND"), ("new", 7, "LISTEN"), ("changed", 7, "CONNECT"),
                     ("gone", 3, "ADDR_BOUND")]
     assert looks == [0.5] * 4

@@ -124,6 +124,8 @@ BAD = [
     (["ping", "10.0.2.2", "--src", "fe80::1"], "needs a zone"),
     (["ping", "10.0.2.2", "--timeout", "4294967296"], "bad --timeout"),
     (["ping", "nosuchhost:7471"], "cannot look up host name 'nosuchhost'"),
+    (["listen", "--", "-5"], "bad port '-5': give a port 1..65535"),  # a negative port, not "not an IP address"
+    (["route", "h\udcffx"], "DST: 'h\\xffx' is not an IP address"),  # the byte 0xff of argv, as a byte
     (["route", "127.0.0.1:no-such-service"], "DST: unknown service 'no-such-service' in '127.0.0.1:no-such-service'"),
     (["route", "-n", "127.0.0.1:ssh"], "DST '127.0.0.1:ssh' names its port by a service, and -n/--numeric"),
     (["ping", "--src", "nosuchhost", "10.0.2.2"], "--src: cannot look up host name 'nosuchhost'"),
@@ -142,6 +144,7 @@ def test_bad_input_exits_3_with_one_message(capsys: Any, nothing_sent: List[str]
     assert code == cli.EXIT_USAGE, err
     assert out == "" and err.startswith("pyrdmacm: ") and err.count("\n") == 1, err
     assert message in err
+    assert not any(name in err for name in ("parse_address", "lookup_host", "\\udc")), err  # no internal names
     assert nothing_sent == []
 
 

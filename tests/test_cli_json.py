@@ -3,6 +3,7 @@
 import contextlib
 import io
 import json
+import os
 
 from pyrdmacm import cli
 
@@ -104,3 +105,14 @@ def test_every_line_of_a_stream_says_its_schema_and_the_last_its_exit(monkeypatc
         last = lines[-1]
         assert last["event"] == "STOPPED" and last["exit"] == code == 4, (argv, last)
         assert last["error"]["name"] == "ENOENT", (argv, last)
+
+
+def test_probe_text_never_prints_pythons_none(monkeypatch):
+    """Text says what an unknown value means (the JSON says null), never Python's None."""
+    monkeypatch.setenv("PYRDMACM_DEVICE", "/nonexistent/rdma_cm")
+    code, out, _ = _run(["probe"])
+    assert code == 4 and "None" not in out.split(), out
+    lines = dict(line.split(None, 1) for line in out.splitlines() if line and not line.startswith(" "))
+    if not os.path.exists("/sys/class/misc/rdma_cm/abi_version") and not os.path.exists(
+            "/sys/class/infiniband_ucma/abi_version"):
+        assert lines["abi_version_sysfs"].startswith("absent (neither /sys/class/misc/rdma_cm/abi_version nor ")

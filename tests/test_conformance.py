@@ -80,6 +80,12 @@ def test_cli_lists_the_cases_without_a_device(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == [c.name for c in conformance.CASES]
     assert cli.main(["conformance", "--list", "--case", "nonesuch"]) == 3  # bad input
+    capsys.readouterr()
+    for flag in (["--ktap"], ["--local", "10.0.2.15"]):  # for a run: not ignored silently with --list
+        assert cli.main(["conformance", "--list", *flag]) == 3
+        out, err = capsys.readouterr()
+        assert out == "" and err == ("pyrdmacm: --list prints the cases (with --json, as JSON); %s is for a run of "
+                                     "them: give one or the other\n" % flag[0])
 
 
 def test_the_kernel_log_lines_that_fail_a_case():

@@ -368,8 +368,8 @@ def _ip(host: str, original: Any) -> "tuple[IPAddress, int]":
         ip = ipaddress.ip_address(host)
     except ValueError:
         raise UsageError(
-            "%s is not an IP address (write 10.0.0.2, fe80::1%%eth0, [2001:db8::1]:7471 or gid:...; "
-            "parse_address looks up no host names: lookup_host does)" % show(original)
+            "%s is not an IP address (write 10.0.0.2, fe80::1%%eth0, [2001:db8::1]:7471 or gid:...; a host "
+            "name is looked up first, e.g. with pyrdmacm.getaddrinfo)" % show(original)
         ) from None
     scope = 0
     if zone is not None:

@@ -31,9 +31,14 @@ _HEX = frozenset("0123456789abcdefABCDEF")
 
 
 def show(value: Any, limit: int = 60) -> str:
-    """``repr(value)``, cut short: messages never echo 100 kB of input."""
+    """``repr(value)``, cut short: messages never echo 100 kB of input.  A byte that was not
+    text where it came from (argv and files read with surrogateescape keep it as U+DC80..
+    U+DCFF) is shown as the byte, ``\\xff``, not as ``\\udcff``."""
     if isinstance(value, str) and len(value) > limit:
-        return repr(value[:limit]) + "... (%d characters)" % len(value)
+        return show(value[:limit], limit + 10) + "... (%d characters)" % len(value)
+    if isinstance(value, str) and any("\udc80" <= c <= "\udcff" for c in value):
+        return "'%s'" % value.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace").replace(
+            "'", "\\'")
     try:
         text = repr(value)
     except Exception:  # a user's object with a broken __repr__

@@ -239,6 +239,11 @@ def build_parser() -> argparse.ArgumentParser:
     ids.add_argument("--dev", metavar="DEV", help="only the ids on this RDMA device (rxe0, mlx5_0 ...)")
     ids.add_argument("--state", metavar="STATE", help="only the ids in this state (LISTEN, CONNECT, ADDR_RESOLVED ...)")
     ids.add_argument("--ps", choices=["tcp", "udp", "ipoib", "ib"], help="only the ids of this port space")
+    for side, what in (("src", "source"), ("dst", "destination")):
+        ids.add_argument("--%s-addr" % side, metavar="ADDR", help="only the ids with this %s address (as rdma's "
+                                                                 "%s-addr filter)" % (what, side))
+        ids.add_argument("--%s-port" % side, metavar="PORT", help="only the ids with this %s port (as rdma's "
+                                                                 "%s-port filter)" % (what, side))
     ids.set_defaults(func=_command("ids", "cmd_ids"))
 
     dc = _subcommand(sub, "decode", "decode a command write or a reply buffer (hex, or a line of strace -xx -s 4096 "

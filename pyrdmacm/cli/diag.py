@@ -121,9 +121,18 @@ def cmd_probe(args: argparse.Namespace) -> int:
                 print("    %-20s %s" % (c, r))
         elif k in errors:
             print("%-18s %s" % (k, "unavailable: " + errors[k]["message"] if k != "open" else errors[k]["message"]))
+        elif v is None:  # unknown, and nothing failed: say what was not there
+            print("%-18s %s" % (k, _UNKNOWN.get(k, "unknown") % {"sysfs": " nor ".join(_device.SYSFS_ABI)}))
         else:
             print("%-18s %s" % (k, "ok" if v is True else v))
     return code
+
+
+#: what an unknown value of probe means, in its text (JSON says null)
+_UNKNOWN = {
+    "abi_version_sysfs": "absent (neither %(sysfs)s: rdma_ucm is not loaded, or this sysfs is not the host's)",
+    "chardev_netlink": "none (RDMA netlink knows no rdma_cm character device: rdma_ucm is not loaded)",
+}
 
 
 #: the fields that hold a pointer of the writing process (uid: librdmacm's is its id's address)
@@ -207,6 +216,10 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if args.json and args.ktap:
         _err("--json and --ktap: choose one output")
+        return EXIT_USAGE
+    if args.list and (args.ktap or args.local):  # they were ignored, silently
+        _err("--list prints the cases (with --json, as JSON); %s is for a run of them: give one or the other"
+             % ("--ktap" if args.ktap else "--local"))
         return EXIT_USAGE
     if args.list:  # what the cases are, on any host: no device needed
         chosen = [c for c in conformance.CASES if not args.case or c.name in args.case]

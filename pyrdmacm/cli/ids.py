@@ -40,31 +40,53 @@ def _addr(a: Any) -> Optional[str]:
 
 
 def _record(i: Any) -> Dict[str, Any]:
+    """One id, under ``rdma -j resource show cm_id``'s keys where the fact is the same
+    (``ifname``, ``cm-idn``, ``lqpn``, ``src-addr`` as ADDR:PORT ...); ``kernel`` is ours
+    (an id of a kernel user: ``comm`` is its module)."""
     state = i.state
     return {
-        "dev": i.dev_name, "port": i.port, "cm_idn": i.cm_idn,
+        "ifindex": i.dev_index, "ifname": i.dev_name, "port": i.port, "cm-idn": i.cm_idn, "lqpn": i.qp_num,
         "state": state.name if hasattr(state, "name") else ("unknown" if state == -1 else int(state)),
-        "ps": i.ps_name, "qp_num": i.qp_num,
-        "pid": i.pid, "comm": i.kern_name if i.pid is None else _comm(i.pid), "kernel": i.pid is None,
-        "src": _addr(i.src), "dst": _addr(i.dst),
+        "ps": i.ps_name, "pid": i.pid, "comm": i.kern_name if i.pid is None else _comm(i.pid),
+        "kernel": i.pid is None, "src-addr": _addr(i.src), "dst-addr": _addr(i.dst),
     }
 
 
 def _line(r: Dict[str, Any]) -> str:
     """One id in ``rdma resource show cm_id``'s words."""
-    parts = ["link %s/%s" % (r["dev"], r["port"] if r["port"] is not None else "-"), "cm-idn %s" % r["cm_idn"]]
-    if r["qp_num"] is not None:
-        parts.append("lqpn %d" % r["qp_num"])
+    parts = ["link %s/%s" % (r["ifname"], r["port"] if r["port"] is not None else "-"), "cm-idn %s" % r["cm-idn"]]
+    if r["lqpn"] is not None:
+        parts.append("lqpn %d" % r["lqpn"])
     parts += ["state %s" % r["state"], "ps %s" % r["ps"]]
     if r["pid"] is not None:
         parts.append("pid %d" % r["pid"])
     if r["comm"]:
         parts.append(("comm [%s]" if r["kernel"] else "comm %s") % r["comm"])
-    if r["src"]:
-        parts.append("src-addr %s" % r["src"])
-    if r["dst"]:
-        parts.append("dst-addr %s" % r["dst"])
+    if r["src-addr"]:
+        parts.append("src-addr %s" % r["src-addr"])
+    if r["dst-addr"]:
+        parts.append("dst-addr %s" % r["dst-addr"])
     return " ".join(parts)
+
+
+def _kept(args: argparse.Namespace, i: Any, r: Dict[str, Any]) -> bool:
+    """Whether the id passes the filters, rdma's: ``--pid``, ``--dev``, ``--state``, ``--ps``,
+    ``--src-addr``/``--dst-addr`` (the address) and ``--src-port``/``--dst-port``."""
+    if args.pid is not None and r["pid"] != args.pid:
+        return False
+    if args.dev is not None and r["ifname"] != args.dev:
+        return False
+    if args.state is not None and str(r["state"]).upper() != args.state.upper():
+        return False
+    if args.ps is not None and r["ps"].upper() != args.ps.upper():
+        return False
+    for side, addr in (("src", i.src), ("dst", i.dst)):
+        want_ip, want_port = getattr(args, side + "_ip"), getattr(args, side + "_port_number")
+        if want_ip is not None and (addr is None or addr[0] != want_ip):
+            return False
+        if want_port is not None and (addr is None or addr[1] != want_port):
+            return False
+    return True
 
 
 def _snapshot(args: argparse.Namespace) -> Dict[_Key, Dict[str, Any]]:
@@ -73,16 +95,35 @@ def _snapshot(args: argparse.Namespace) -> Dict[_Key, Dict[str, Any]]:
     out: Dict[_Key, Dict[str, Any]] = {}
     for i in netlink.cm_ids():
         r = _record(i)
-        if args.pid is not None and r["pid"] != args.pid:
-            continue
-        if args.dev is not None and r["dev"] != args.dev:
-            continue
-        if args.state is not None and str(r["state"]).upper() != args.state.upper():
-            continue
-        if args.ps is not None and r["ps"].upper() != args.ps.upper():
-            continue
-        out[(i.dev_index, i.cm_idn)] = r
+        if _kept(args, i, r):
+            out[(i.dev_index, i.cm_idn)] = r
     return out
+
+
+def _filters(args: argparse.Namespace) -> Optional[str]:
+    """The filters' values checked, as rdma checks them (a state it knows, an address, a
+    port); the reason one is refused, or None.  Sets ``src_ip``, ``src_port_number`` ..."""
+    import ipaddress
+
+    from ..abi import RdmaCmState
+
+    if args.state is not None and args.state.upper() not in RdmaCmState.__members__:
+        return "--state %r is no state of an id: give one of %s" % (args.state, ", ".join(RdmaCmState.__members__))
+    for side in ("src", "dst"):
+        text, port = getattr(args, side + "_addr"), getattr(args, side + "_port")
+        ip = number = None
+        if text is not None:
+            try:
+                ip = ipaddress.ip_address(text.strip("[]"))
+            except ValueError:
+                return "--%s-addr %r is not an IP address (10.0.2.15, fe80::1)" % (side, text)
+        if port is not None:
+            number = int(port) if port.isascii() and port.isdigit() else -1
+            if not 0 <= number <= 0xFFFF:
+                return "--%s-port %r is not a port: give 0..65535" % (side, port)
+        setattr(args, side + "_ip", ip)
+        setattr(args, side + "_port_number", number)
+    return None
 
 
 def _interval(text: Optional[str]) -> Optional[float]:
@@ -104,6 +145,10 @@ def cmd_ids(args: argparse.Namespace) -> int:
         interval = _interval(args.watch)
     except ValueError as e:
         _err(str(e))
+        return EXIT_USAGE
+    refused = _filters(args)
+    if refused:
+        _err(refused)
         return EXIT_USAGE
     try:
         now = _snapshot(args)

@@ -162,6 +162,8 @@ def _listen_addr(text: str, numeric: bool = False, protocol: str = "tcp") -> Tup
     """listen's ``[ADDR:]PORT`` as ``(Address, HostName or None)``: a bare port listens on
     0.0.0.0; ADDR may be a host name and PORT a service name, looked up unless ``numeric``."""
     t = text.strip()
+    if t[:1] in "+-" and t[1:].isdigit() and t.isascii():  # a signed number: a port out of range
+        raise _BadInput("bad port %r: give a port 1..65535 (librdmacm's examples use %d)" % (text, DEFAULT_PORT))
     if t.isdigit() and t.isascii():
         port = int(t)
         text_addr = "0.0.0.0:%d" % port

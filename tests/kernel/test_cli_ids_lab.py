@@ -53,15 +53,21 @@ def test_ids_shows_what_rdma_res_shows():
         (ours,) = json.loads(out)["ids"]
         assert ours["state"] == "LISTEN" and ours["ps"] == "TCP" and ours["pid"] == server.pid
         assert ours["comm"] == "rping" == theirs["comm"]
-        assert ours["cm_idn"] == theirs["cm-idn"] and ours["dev"] == theirs["ifname"] and ours["port"] == theirs["port"]
         print("--- rdma -j resource show cm_id (rping's listener):", json.dumps(theirs))
-        assert ours["src"] == theirs["src-addr"] == "%s:7177" % ADDR  # rdma writes the port in it too
+        for key in ("ifindex", "ifname", "port", "cm-idn", "state", "pid", "comm", "src-addr"):  # rdma's keys
+            assert ours[key] == theirs[key], (key, ours, theirs)
+        assert ours["src-addr"] == "%s:7177" % ADDR  # rdma writes the port in it too
+        assert ours["ps"].upper() == theirs["ps"].upper()
         # the human form speaks rdma's words
         code, out, err = _ids("--pid", str(server.pid))
-        assert code == 0 and out.startswith("link rxe0/1 cm-idn %d " % ours["cm_idn"]), out
+        assert code == 0 and out.startswith("link rxe0/1 cm-idn %d " % ours["cm-idn"]), out
         assert "state LISTEN ps TCP pid %d comm rping src-addr %s:7177" % (server.pid, ADDR) in out
         # the filters
         code, out, _ = _ids("--json", "--pid", str(server.pid), "--state", "connect")
+        assert code == 0 and json.loads(out)["ids"] == []
+        code, out, _ = _ids("--json", "--src-addr", ADDR, "--src-port", "7177")
+        assert code == 0 and [i["pid"] for i in json.loads(out)["ids"]] == [server.pid]
+        code, out, _ = _ids("--json", "--pid", str(server.pid), "--src-port", "7178")
         assert code == 0 and json.loads(out)["ids"] == []
     finally:
         server.kill()

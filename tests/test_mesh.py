@@ -253,6 +253,7 @@ def test_bad_input_is_refused_naming_it(capsys, on_b):
     for argv, says in ((["mesh"], "give the targets"), (["mesh", A, "--port", "70000"], "--port takes"),
                        (["mesh", A, "--concurrency", "0"], "--concurrency takes"),
                        (["mesh", A, A], "targets given twice"), (["mesh", A, "--rails", "nosuch0"], "no netdev"),
+                       (["mesh", A, A, "--rails", "nosuch0"], "targets given twice"),  # what was written first
                        (["mesh", A, "--timeout", "x"], "--timeout"), (["mesh", A, "--hosts", "/nonexistent"], "--hosts"),
                        (["mesh", A, "--merge", "x"], "no targets")):
         code, out, err = run(capsys, *argv)
@@ -337,3 +338,22 @@ def test_merge_keeps_each_runs_order_and_names_the_broken_rail_of_a_target(capsy
     code, out, _ = run(capsys, "mesh", "--merge", *files)
     assert out.splitlines()[0].split() == ["rail", *T] and [ln.split()[0] for ln in out.splitlines()[1:3]] == [
         "x/eth1", "y/eth1"]
+
+
+def test_control_characters_in_names_reach_neither_the_terminal_nor_the_svg(capsys, tmp_path):
+    """Names come from other hosts' files: an escape sequence, a NUL or a lone surrogate in a
+    host name or a failure's explanation is written as its escape in the table, and the
+    SVG stays well-formed XML (control characters are not allowed in XML, escaped or not)."""
+    evil = "node\x1b[31m-7\x00"
+    cells = [Cell(host=evil, rail="eth0", target="10.1.0.2\x07", dst="10.1.0.2", src="10.1.0.1", outcome="timeout",
+                  detail="no answer\x0b", why=["route: via \x1b]0;title\x07 eth0\udcff"]),
+             Cell(host="plain", rail="eth0", target="10.1.0.2\x07", dst="10.1.0.2", src="10.1.0.3",
+                  outcome="no-listener", status=8)]
+    path = _run_file(tmp_path / "evil.json", evil, cells, ["10.1.0.2\x07"])
+    svg_path = tmp_path / "m.svg"
+    code, out, _ = run(capsys, "mesh", "--merge", path, "--svg", str(svg_path))
+    assert code == 1
+    assert not any(ord(ch) < 32 and ch != "\n" or 0x7F <= ord(ch) < 0xA0 for ch in out), repr(out)
+    assert "node\\x1b[31m-7\\x00/eth0" in out and "10.1.0.2\\x07" in out and "eth0\\udcff" in out
+    ET.fromstring(svg_path.read_text())  # well-formed
+    assert "node\\x1b[31m-7\\x00/eth0" in svg_path.read_text()

@@ -104,10 +104,10 @@ def cmd_mesh(args: argparse.Namespace) -> int:
         names = None if args.rails in (None, "all") else [n for n in args.rails.split(",") if n]
         if names == []:
             raise _BadInput("--rails takes netdev names separated by commas, or all")
-        try:
+        try:  # the targets (what was written) first, then the rails (what this host has)
+            targets = engine.targets(words, all_addresses=args.all_addresses, numeric=args.numeric)
             devs = list_devices()  # once: a Soft-RoCE port's GID table is 1,024 files
             rails = engine.rails(names, devices=devs)
-            targets = engine.targets(words, all_addresses=args.all_addresses, numeric=args.numeric)
         except ValueError as e:
             raise _BadInput(str(e)) from None
     except _BadInput as e:

@@ -31,8 +31,17 @@ _LOOK: Dict[str, Tuple[str, str]] = {
 assert set(_LOOK) == set(OUTCOMES), "every outcome has a look"
 
 
+def clean(text: str) -> str:
+    """``text`` safe for a terminal and for XML: every character that is not printable (a
+    control character of a damaged or hostile host name: an escape sequence, a NUL, a lone
+    surrogate) written as its escape (``\\x1b``).  Names come from other hosts' files."""
+    if text.isprintable():  # the common case, in C
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def _row_name(m: Matrix, row: Tuple[str, str]) -> str:
-    return row[1] if len({h for h, _ in m.rows}) == 1 else "%s/%s" % row
+    return clean(row[1] if len({h for h, _ in m.rows}) == 1 else "%s/%s" % row)
 
 
 def short(cell: Optional[Cell]) -> str:
@@ -57,8 +66,10 @@ def table(m: Matrix, *, explain: bool = True) -> str:
     its status, where it went and the pre-check's explanation."""
     names = [_row_name(m, r) for r in m.rows]
     first = max([len("rail")] + [len(n) for n in names])
+    columns = [clean(c) for c in m.columns]
     widths = [max([len(c)] + [len(short(m.get(r, c))) for r in m.rows]) for c in m.columns]
-    lines = ["%-*s  %s" % (first, "rail", "  ".join("%-*s" % (w, c) for w, c in zip(widths, m.columns)))]
+    widths = [max(w, len(c)) for w, c in zip(widths, columns)]
+    lines = ["%-*s  %s" % (first, "rail", "  ".join("%-*s" % (w, c) for w, c in zip(widths, columns)))]
     for name, row in zip(names, m.rows):
         lines.append("%-*s  %s" % (first, name, "  ".join("%-*s" % (w, short(m.get(row, c)))
                                                            for w, c in zip(widths, m.columns))))
@@ -73,9 +84,9 @@ def table(m: Matrix, *, explain: bool = True) -> str:
         lines.append("")
         for c in failed:
             where = " via %s port %s" % (c.device, c.port) if c.device else ""
-            lines.append("%s -> %s (%s): %s%s%s" % (_row_name(m, (c.host, c.rail)), c.target, c.dst or "?",
-                                                    c.outcome, " -- %s" % c.detail if c.detail else "", where))
-            lines += ["    " + w for w in c.why[:8]]
+            lines.append(clean("%s -> %s (%s): %s%s%s" % (_row_name(m, (c.host, c.rail)), c.target, c.dst or "?",
+                                                          c.outcome, " -- %s" % c.detail if c.detail else "", where)))
+            lines += ["    " + clean(w) for w in c.why[:8]]
     return "\n".join(lines) + "\n"
 
 
@@ -96,10 +107,10 @@ def svg(m: Matrix, title: str = "pyrdmacm mesh") -> str:
            'font-size="12">' % (width, height),
            '<rect width="100%" height="100%" fill="white"/>',
            '<text x="10" y="20" font-size="14" font-weight="bold">%s: %d cells, %d reach the far CM, %d do not'
-           '</text>' % (escape(title), len(cells), ok, len(cells) - ok)]
+           '</text>' % (escape(clean(title)), len(cells), ok, len(cells) - ok)]
     for j, col in enumerate(m.columns):
         x = left + j * (cell_px + gap) + cell_px // 2
-        out.append('<text transform="translate(%d,%d) rotate(-60)">%s</text>' % (x, top - 6, escape(col)))
+        out.append('<text transform="translate(%d,%d) rotate(-60)">%s</text>' % (x, top - 6, escape(clean(col))))
     for i, (name, row) in enumerate(zip(names, m.rows)):
         y = top + i * (cell_px + gap)
         out.append('<text x="8" y="%d">%s</text>' % (y + cell_px // 2 + 4, escape(name)))
@@ -107,12 +118,12 @@ def svg(m: Matrix, title: str = "pyrdmacm mesh") -> str:
             c = m.get(row, col)
             x = left + j * (cell_px + gap)
             colour = _LOOK[c.outcome][1] if c is not None else "#ffffff"
-            tip = "no cell" if c is None else "%s -> %s (%s): %s%s" % (
-                name, col, c.dst or "?", c.outcome, " -- " + c.detail if c.detail else "")
+            tip = "no cell" if c is None else clean("%s -> %s (%s): %s%s" % (
+                name, col, c.dst or "?", c.outcome, " -- " + c.detail if c.detail else ""))
             if c is not None and c.ms:
-                tip += "; " + ", ".join("%s %.1f ms" % kv for kv in c.ms.items())
+                tip += "; " + clean(", ".join("%s %.1f ms" % kv for kv in c.ms.items()))
             if c is not None and c.why:
-                tip += "\n" + "\n".join(c.why[:6])
+                tip += "\n" + "\n".join(clean(w) for w in c.why[:6])
             out.append('<rect x="%d" y="%d" width="%d" height="%d" fill="%s" stroke="#555"><title>%s</title></rect>'
                        % (x, y, cell_px, cell_px, colour, escape(tip)))
     y = top + len(m.rows) * (cell_px + gap) + 20

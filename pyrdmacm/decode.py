@@ -18,7 +18,7 @@ the offset where the bytes ran out or went wrong.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from construct import Container, ListContainer, StreamError
 
@@ -27,7 +27,7 @@ from . import abi
 from .addr import unpack_sockaddr
 from .errors import DecodeError
 
-__all__ = ["parse_input", "parse_writes", "decode_command", "decode_reply", "REPLY_KINDS"]
+__all__ = ["parse_input", "parse_writes", "read_trace", "TraceWrite", "decode_command", "decode_reply", "REPLY_KINDS"]
 
 _STRACE = re.compile(r'write\(\s*\d+(?:<[^>]*>)?\s*,\s*"((?:[^"\\]|\\.)*)"')  # -y adds <path>
 _HEXCHARS = re.compile(r"^[0-9a-fA-F]*$")
@@ -63,7 +63,12 @@ _ENUM_FIELDS = {
     ("rdma_ucm_write_cm_event", "event"): abi.CmEventType,
     ("rdma_ucm_join_mcast", "join_flags"): abi.McJoinFlag,
     ("rdma_ucm_set_option", "level"): abi.OptionLevel,
+    ("rdma_ucm_init_qp_attr", "qp_state"): abi.QpState,
+    ("rdma_ucm_notify", "event"): abi.NotifyEvent,
+    ("rdma_ucm_reject", "reason"): abi.RejectReason,
 }
+#: SET_OPTION's ``optname`` is named by its ``level``
+_OPTION_NAMES = {int(abi.OptionLevel.ID): abi.OptionId, int(abi.OptionLevel.IB): abi.OptionIb}
 
 _SOCKADDR_FIELDS = {"addr", "src_addr", "dst_addr"}
 
@@ -176,6 +181,8 @@ def _status_name(event: int, status: int) -> str:
 def decode_struct(name: str, data: bytes, offset: int = 0) -> Dict[str, Any]:
     parsed, size = _parse(name, data, offset)
     out: Dict[str, Any] = _render(name, parsed)
+    if name == "rdma_ucm_set_option" and parsed.level in _OPTION_NAMES:
+        out["optname"] = _OPTION_NAMES[parsed.level].name_of(parsed.optname)
     if name in ("rdma_ucm_event_resp", "rdma_ucm_write_cm_event"):
         status = parsed.status
         status = out["status"] = status - 0x100000000 if status & 0x80000000 else status
@@ -225,3 +232,136 @@ def decode_reply(kind: str, data: bytes) -> Dict[str, Any]:
     if name is None:
         raise DecodeError(kind, "unknown reply kind; use one of %s or a struct name" % ", ".join(REPLY_KINDS))
     return {"struct": name, "reply": decode_struct(name, data)}
+
+
+# -- a whole trace: which fd each write went to, and what it returned
+
+#: one strace line: ``[pid N] `` or ``N `` (-f, -ff -o), a time stamp (-t, -tt, -ttt, -r),
+#: then a call ``name(args`` or the end of one ``<... name resumed>rest``
+_LINE = re.compile(r"^\s*(?:\[pid\s+(\d+)\]\s*|(\d+)\s+)?(?:\d[\d:.]*\s+)?"
+                   r"(?:<\.\.\.\s+(\w+)\s+resumed>(.*)|(\w+)\((.*))$")
+#: the end of a finished call: ``) = RET`` and, for a failure, the errno's name (-T's time after)
+_RESULT = re.compile(r"\)\s+=\s+(-?\d+|0x[0-9a-fA-F]+|\?)(?:\s+(E[A-Z0-9]+))?[^=]*$")
+_UNFINISHED = re.compile(r"<unfinished\s*\.\.\.>\s*$")
+#: a write's first two arguments: the fd, with -y's ``<path>`` (-yy's ``<path<char M:N>>``), and
+#: the quoted buffer (``...`` after it: cut by -s)
+_WRITE_ARGS = re.compile(r'\s*(\d+)(<(?:[^<>]|<[^>]*>)*>)?\s*,\s*"((?:[^"\\]|\\.)*)"(\.\.\.)?')
+#: calls that give a new fd (its path, when they name one) or end one
+_OPENS = {"open": 0, "openat": 1, "creat": 0, "openat2": 1}
+_DUPS = {"dup", "dup2", "dup3", "fcntl", "fcntl64"}
+_CLONES = {"clone", "clone3", "fork", "vfork"}
+_STD = {0: "<stdin>", 1: "<stdout>", 2: "<stderr>"}
+
+
+class TraceWrite(NamedTuple):
+    """One ``write(2)`` of an strace trace, as :func:`read_trace` follows it."""
+
+    #: the line of the trace it starts on (1-based)
+    line: int
+    #: strace -f's pid (a thread's id), None in a trace of one process
+    pid: Optional[int]
+    fd: int
+    #: what the fd is: -y's path, else what the trace's open/dup/close said, else None
+    path: Optional[str]
+    #: whether the fd is the rdma_cm device (its path; for an fd the trace never opened,
+    #: whether the trace opened rdma_cm at all: a trace of ``-P /dev/infiniband/rdma_cm``
+    #: holds only its writes)
+    rdma_cm: bool
+    #: strace's quoted buffer (``parse_input`` makes its bytes), and whether -s cut it
+    buffer: str
+    truncated: bool
+    #: what the write returned (None: unfinished when the trace ended, or ``?``), and the
+    #: errno's name of a failure (``ENODEV``)
+    ret: Optional[int]
+    errno: Optional[str]
+
+
+def _path_text(raw: str) -> str:
+    """-y's ``<path>`` as text: strace escapes it as it escapes buffers (-xx: every byte)."""
+    inner = raw[1:-1].split("<", 1)[0]  # -yy adds <char M:N>
+    try:
+        return _unquote(inner).decode("utf-8", "surrogateescape")
+    except DecodeError:
+        return inner
+
+
+def _is_rdma_cm(path: str) -> bool:
+    return path.rsplit("/", 1)[-1] == "rdma_cm"
+
+
+def read_trace(text: str) -> List[TraceWrite]:
+    """Every ``write(...)`` of an strace trace, each with the fd it went to and what that fd
+    is, and what the write returned.  It follows each process's fds (``-f``: a thread shares
+    its parent's, as ``clone(CLONE_FILES)`` says; a forked child has a copy): open, openat,
+    dup, dup2, dup3, fcntl(F_DUPFD), close; 0, 1 and 2 are the standard streams.  A write
+    split by another thread (``<unfinished ...>`` then ``<... write resumed>``) is one, with
+    the resumed line's result."""
+    tables: Dict[Optional[int], Dict[int, str]] = {}
+    pending: Dict[Optional[int], Tuple[int, str, List[str]]] = {}  # an unfinished call per pid
+    writes: List[TraceWrite] = []
+    opened_rdma_cm = False
+
+    def table(pid: Optional[int]) -> Dict[int, str]:
+        t = tables.get(pid)
+        if t is None:  # a pid first seen: a thread of the traced process, or the process itself
+            t = tables[pid] = next(iter(tables.values())) if tables else dict(_STD)
+        return t
+
+    def finish(pid: Optional[int], n: int, name: str, args: str, end: str) -> None:
+        nonlocal opened_rdma_cm
+        m = _RESULT.search(end)
+        ret = None if m is None or m.group(1) == "?" else int(m.group(1), 0)
+        err = m.group(2) if m is not None else None
+        fds = table(pid)
+        if name == "write":
+            w = _WRITE_ARGS.match(args)
+            if w is None:
+                return
+            fd = int(w.group(1))
+            path = _path_text(w.group(2)) if w.group(2) else fds.get(fd)
+            is_cm = _is_rdma_cm(path) if path is not None else not opened_rdma_cm
+            writes.append(TraceWrite(n, pid, fd, path, is_cm, w.group(3), bool(w.group(4)),
+                                     ret if m is not None else None, err))
+            return
+        if ret is None or ret < 0:
+            return
+        if name in _OPENS:
+            quoted = re.findall(r'"((?:[^"\\]|\\.)*)"', args)
+            path = _path_text('<%s>' % quoted[0]) if quoted else "?"
+            fds[ret] = path
+            opened_rdma_cm = opened_rdma_cm or _is_rdma_cm(path)
+        elif name in _DUPS:
+            first = re.match(r"\s*(\d+)", args)
+            if first and (name != "fcntl" and name != "fcntl64" or "F_DUPFD" in args):
+                fds[ret] = fds.get(int(first.group(1)), "?")
+        elif name == "close":
+            first = re.match(r"\s*(\d+)", args)
+            if first:
+                fds.pop(int(first.group(1)), None)
+        elif name in ("socket", "socketpair", "pipe", "pipe2", "eventfd2", "epoll_create1", "memfd_create"):
+            fds[ret] = "<%s>" % name
+        elif name in _CLONES and ret > 0:
+            tables[ret] = fds if "CLONE_FILES" in args else dict(fds)
+
+    for n, line in enumerate(text.splitlines(), 1):
+        m = _LINE.match(line)
+        if m is None:
+            continue
+        pid_text = m.group(1) or m.group(2)
+        pid = int(pid_text) if pid_text else None
+        if m.group(3):  # <... name resumed>rest
+            started = pending.pop(pid, None)
+            if started is not None and started[1] == m.group(3):
+                start_line, name, parts = started
+                finish(pid, start_line, name, "".join(parts) + m.group(4), m.group(4))
+            continue
+        name, rest = m.group(5), m.group(6)
+        if _UNFINISHED.search(rest):
+            pending[pid] = (n, name, [_UNFINISHED.sub("", rest)])
+            continue
+        finish(pid, n, name, rest, rest)
+    for pid, (start_line, name, parts) in pending.items():  # never resumed: no result
+        if name == "write":
+            finish(pid, start_line, name, "".join(parts), "")
+    writes.sort(key=lambda w: w.line)
+    return writes

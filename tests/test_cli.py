@@ -43,40 +43,100 @@ def test_decode_strace_line(capsys):
     assert code == 0 and out == "CREATE_ID uid=0x55d1 response=0x7ffd0000 ps=TCP qp_type=RC\n"
 
 
-#: a trace as strace -f -y prints it: pid prefixes, the fd's path, octal escapes (no -x), an
-#: unfinished write, a line that is no write, and one write too short to be a command
+def _quoted(raw: bytes, octal: bool = False) -> str:
+    return "".join(("\\%o" if octal else "\\x%02x") % b for b in raw)
+
+
+_CREATE = COMMAND["CREATE_ID"].encode(0x55D1, 0x7FFD0000, 0x0106, 2, b"")
+_DESTROY = COMMAND["DESTROY_ID"].encode(0x7FFD0000, 7, 0)
+_ROUTE = COMMAND["RESOLVE_ROUTE"].encode(7, 2000)
+
+#: a whole trace as `strace -f -y -xx` of a librdmacm program prints it: the device opened,
+#: a thread cloned (it shares the fds), writes to rdma_cm, to libibverbs' uverbs0, to stdout
+#: and to a socket (skipped, counted), a write split by another thread's line, a refused
+#: RESOLVE_ROUTE (-1 ENODEV), an octal buffer (no -x), the fd dup'ed and the first closed,
+#: and a write too short to be a command
 TRACE = "\n".join([
-    '[pid  4242] write(3</dev/infiniband/rdma_cm>, "%s", 32) = 32',
-    '[pid  4242] read(5, "x", 1) = 1',
-    'write(3, "%s", 24 <unfinished ...>',
-    "<... write resumed>) = 24",
-    'write(3, "\\x01\\x00", 2) = 2',
-]) % ("".join("\\x%02x" % b for b in COMMAND["CREATE_ID"].encode(0x55D1, 0x7FFD0000, 0x0106, 2, b"")),
-      "".join("\\%o" % b for b in COMMAND["DESTROY_ID"].encode(0x7FFD0000, 7, 0)))
+    'execve("/usr/bin/rping", ["rping", "-c", "-a", "10.0.2.2"], 0x7ffd /* 9 vars */) = 0',
+    'openat(AT_FDCWD, "/dev/infiniband/rdma_cm", O_RDWR|O_CLOEXEC) = 3',
+    'write(3, "%s", 32) = 32' % _quoted(_CREATE),
+    'openat(AT_FDCWD, "/dev/infiniband/uverbs0", O_RDWR|O_CLOEXEC) = 4',
+    'write(4, "\\x00\\x01\\x02", 3) = 3',
+    'clone3({flags=CLONE_VM|CLONE_FS|CLONE_FILES|CLONE_SIGHAND|CLONE_THREAD, child_tid=0x7f}, 88) = 4243',
+    '[pid  4243] write(3</dev/infiniband/rdma_cm>, "%s", 16 <unfinished ...>' % _quoted(_ROUTE),
+    '[pid  4242] write(1</dev/pts/0>, "created cm_id\\x0a", 14) = 14',
+    '[pid  4243] <... write resumed>) = -1 ENODEV (No such device)',
+    '[pid  4242] write(5<socket:[9876]>, "\\x15\\x00\\x00\\x00", 4) = 4',
+    '[pid  4242] dup(3) = 7',
+    '[pid  4242] close(3) = 0',
+    '[pid  4242] write(7, "%s", 24) = 24' % _quoted(_DESTROY, octal=True),
+    '[pid  4242] write(7, "\\x01\\x00", 2) = 2',
+])
 
 
-def test_decode_a_whole_trace_one_line_per_write(capsys, monkeypatch):
-    """Every write of a trace is decoded (it used to be the first, with the rest counted as
-    "trailing_bytes"), one JSON object a line with its line number; a write that does not
-    decode is named and the exit status says so (3)."""
+def test_decode_a_whole_trace_follows_the_rdma_cm_fd(capsys, monkeypatch, tmp_path):
+    """A whole `strace -f -y` trace: the writes to rdma_cm are decoded, each with its pid, fd
+    and result (a refused command keeps its errno); the writes to other files are skipped
+    and counted, not failures; a write that does not decode is named and exits 3."""
     import io
 
     monkeypatch.setattr(sys, "stdin", io.StringIO(TRACE))
     code, out, err = run(capsys, "decode")
     records = [json.loads(line) for line in out.splitlines()]
     assert all(r["schema"] == 1 for r in records)
-    assert records.pop() == {"schema": 1, "writes": 3, "failed": 1, "exit": 3}  # the stream's last line
-    assert [r["line"] for r in records] == [1, 3, 5]
+    assert records.pop() == {"schema": 1, "writes": 4, "decoded": 3, "failed": 1, "skipped": 3, "exit": 3}
+    assert [(r["line"], r.get("pid"), r["fd"], r["ret"], r.get("errno")) for r in records] == [
+        (3, None, 3, 32, None), (7, 4243, 3, -1, "ENODEV"), (13, 4242, 7, 24, None), (14, 4242, 7, 2, None)]
     assert records[0]["cmd"] == "CREATE_ID" and records[0]["body"]["response"] == "0x7ffd0000"
-    assert records[1]["cmd"] == "DESTROY_ID" and records[1]["body"]["id"] == 7
-    assert records[2]["error"]["struct"] == "rdma_ucm_cmd_hdr" and "needs 8 bytes, 2 left" in records[2]["error"]["message"]
-    assert records[2]["error"]["offset"] == 2 and set(records[2]["error"]) >= {"errno", "name", "message"}
-    assert code == output.EXIT_USAGE and "1 of 3 writes did not decode" in err
-    monkeypatch.setattr(sys, "stdin", io.StringIO(TRACE))
-    code, out, err = run(capsys, "decode", "--brief")
-    assert out.splitlines() == ["line 1: CREATE_ID uid=0x55d1 response=0x7ffd0000 ps=TCP qp_type=RC",
-                                "line 3: DESTROY_ID response=0x7ffd0000 id=7",
-                                "line 5: cannot decode rdma_ucm_cmd_hdr at offset 2: needs 8 bytes, 2 left"]
+    assert records[1]["cmd"] == "RESOLVE_ROUTE" and records[1]["body"] == {"id": 7, "timeout_ms": 2000}
+    assert records[2]["cmd"] == "DESTROY_ID" and records[2]["body"]["id"] == 7
+    assert records[3]["error"]["struct"] == "rdma_ucm_cmd_hdr" and "needs 8 bytes, 2 left" in records[3]["error"]["message"]
+    assert code == output.EXIT_USAGE and err == "pyrdmacm: 1 of 4 writes to rdma_cm did not decode\n"
+    trace = tmp_path / "rping.trace"  # the same trace as a file named on the command line, --brief
+    trace.write_text(TRACE)
+    code, out, err = run(capsys, "decode", "--brief", str(trace))
+    assert out.splitlines() == [
+        "line 3 fd 3: CREATE_ID uid=0x55d1 response=0x7ffd0000 ps=TCP qp_type=RC = 32",
+        "line 7 pid 4243 fd 3: RESOLVE_ROUTE id=7 timeout_ms=2000 = -1 ENODEV",
+        "line 13 pid 4242 fd 7: DESTROY_ID response=0x7ffd0000 id=7 = 24",
+        "line 14 pid 4242 fd 7: cannot decode rdma_ucm_cmd_hdr at offset 2: needs 8 bytes, 2 left = 2",
+        "3 writes to other files skipped: fd 1 (/dev/pts/0), fd 4 (/dev/infiniband/uverbs0), fd 5 (socket:[9876])"]
+    good = "\n".join(TRACE.splitlines()[:-1])  # without the short write: every rdma_cm write decodes
+    trace.write_text(good)
+    code, out, _ = run(capsys, "decode", "--json", str(trace))
+    assert code == 0 and json.loads(out.splitlines()[-1])["exit"] == 0
+    code, out, err = run(capsys, "decode", "--json", "--brief", str(trace))
+    assert code == 3 and "choose one" in err
+    trace.write_text("\n".join(line for line in TRACE.splitlines() if "rdma_cm" not in line and "(3" not in line
+                               and "(7" not in line))
+    code, out, err = run(capsys, "decode", str(trace))
+    assert code == 3 and "no write to the rdma_cm device in the trace" in err
+
+
+def test_a_trace_of_the_device_alone_decodes_every_write(capsys, monkeypatch):
+    """`strace -P /dev/infiniband/rdma_cm` (the README's recipe) shows the device's writes
+    alone, maybe without its open (attached later): every write is the device's."""
+    import io
+
+    lines = ['write(5, "%s", 32) = 32' % _quoted(_CREATE), 'write(5, "%s", 24) = 24' % _quoted(_DESTROY)]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(lines)))
+    code, out, _ = run(capsys, "decode", "--brief")
+    assert code == 0 and [line.split(": ")[1].split()[0] for line in out.splitlines()] == ["CREATE_ID", "DESTROY_ID"]
+
+
+def test_decode_names_every_enum_of_a_command():
+    """INIT_QP_ATTR's qp_state, NOTIFY's event, REJECT's reason and SET_OPTION's optname (by
+    its level) are named, as the port space and QP type of CREATE_ID are."""
+    from pyrdmacm import decode
+
+    qp = decode.decode_command(COMMAND["INIT_QP_ATTR"].encode(0x1000, 7, 2))["body"]
+    assert qp["qp_state"] == "RTR"
+    note = decode.decode_command(COMMAND["NOTIFY"].encode(7, 4))["body"]
+    assert note["event"] == "COMM_EST"
+    opt = decode.decode_command(COMMAND["SET_OPTION"].encode(0x2000, 7, 0, 3, 1))["body"]
+    assert (opt["level"], opt["optname"]) == ("ID", "ACK_TIMEOUT")
+    ib = decode.decode_command(COMMAND["SET_OPTION"].encode(0x2000, 7, 1, 1, 64))["body"]
+    assert (ib["level"], ib["optname"]) == ("IB", "PATH")
 
 
 def test_decode_of_a_quoted_buffer_strace_never_prints_is_a_usage_error(capsys):

@@ -6,7 +6,8 @@ Subcommands (``pyrdmacm COMMAND --help`` for each)::
     pyrdmacm route DST [--src SRC] [--json]          prediction only; needs no RDMA at all
     pyrdmacm devices [--json]                        devices, ports, GID tables, netdevs
     pyrdmacm probe [--json]                          device node, ABI, commands, netns mode
-    pyrdmacm decode HEX|STRACE-LINE|TRACE [--reply KIND] [--brief]   name the fields of writes or a reply
+    pyrdmacm decode HEX|STRACE-LINE|TRACE-FILE [--reply KIND] [--brief] [--json]
+                                                     name the fields of writes (a trace's to rdma_cm) or a reply
     pyrdmacm conformance [--json] [--local ADDR] [--case NAME]...
                                                      check the running kernel's rdma_cm contract
     pyrdmacm ping DST[:PORT] [--src SRC] [--ps tcp|udp] [--count N] [--private-data HEX]
@@ -246,11 +247,15 @@ def build_parser() -> argparse.ArgumentParser:
                                                                  "%s-port filter)" % (what, side))
     ids.set_defaults(func=_command("ids", "cmd_ids"))
 
-    dc = _subcommand(sub, "decode", "decode a command write or a reply buffer (hex, or a line of strace -xx -s 4096 "
-                        "-e trace=write -P /dev/infiniband/rdma_cm)")
-    dc.add_argument("data", nargs="*", help="hex bytes, an strace write(...) line, or a whole trace (default: "
-                                            "stdin): every write of a trace is decoded, one JSON object a line")
+    dc = _subcommand(sub, "decode", "decode what a program wrote to rdma_cm: a command write, a reply buffer, "
+                     "or every write of an strace trace")
+    dc.add_argument("data", nargs="*", metavar="HEX|STRACE-LINE|TRACE-FILE",
+                    help="hex bytes, an strace write(...) line, or a trace: a file named here, or stdin (default). "
+                         "A trace's writes to rdma_cm are decoded, each with its pid, fd and result (follow the fds: "
+                         "strace -f -y -xx -s 4096 -e trace=openat,write,close,dup,clone); other files' are skipped")
     dc.add_argument("--brief", action="store_true", help="one line per command: its name and fields, pointers in hex")
+    dc.add_argument("--json", action="store_true", help="JSON output (the default: one document, or for a trace one "
+                                                        "object a line)")
     dc.add_argument("--reply", metavar="KIND", help="decode a reply: CREATE_ID, GET_EVENT, QUERY:ADDR, QUERY:PATH, ...")
     dc.set_defaults(func=_command("diag", "cmd_decode"))
 

@@ -10,8 +10,9 @@ import errno
 import json
 import os
 import sys
-from typing import Any, Dict
+from typing import Any, Dict, List
 
+from .inputs import _BadInput
 from .output import (EXIT_EVENT, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _err, _ip_text, _jsonable, _print_json, _text,
                      error_json, json_line)
 
@@ -163,34 +164,85 @@ def _brief(out: Dict[str, Any]) -> str:
     return "%s %s%s" % (out["cmd"], " ".join(fields), extra)
 
 
-def cmd_decode(args: argparse.Namespace) -> int:
-    from ..decode import decode_command, decode_reply, parse_input, parse_writes
+def _decode_input(args: argparse.Namespace) -> str:
+    """What decode reads: a trace file named as the one argument (``-``: stdin), the
+    arguments themselves (hex, an strace line), or stdin."""
+    if len(args.data) == 1 and (args.data[0] == "-" or os.path.isfile(args.data[0])):
+        if args.data[0] == "-":
+            return sys.stdin.read()
+        try:
+            with open(args.data[0], encoding="utf-8", errors="surrogateescape") as f:
+                return f.read()
+        except OSError as e:
+            raise _BadInput("cannot read %s: %s" % (args.data[0], _text(e))) from None
+    return " ".join(args.data) if args.data else sys.stdin.read()
+
+
+def _result(w: Any) -> str:
+    """A traced write's result as strace shows it: ``= 280``, ``= -1 ENODEV``, ``= ?``."""
+    if w.ret is None:
+        return "= ? (unfinished when the trace ended)"
+    return "= %d%s" % (w.ret, " " + w.errno if w.errno else "")
+
+
+def _decode_trace(args: argparse.Namespace, writes: List[Any]) -> int:
+    """Every write of a trace to the rdma_cm device, one line each (JSON Lines, or --brief),
+    with its pid, fd and result; the writes to other files counted as skipped."""
+    from ..decode import decode_command, parse_input
     from ..errors import DecodeError
 
-    text = " ".join(args.data) if args.data else sys.stdin.read()
-    writes = [] if args.reply else parse_writes(text)
-    if len(writes) > 1:  # a trace: every write, one line each (JSON Lines, or --brief)
-        failed = 0
-        for n, line in writes:
-            try:
-                out = _hex_pointers(decode_command(parse_input(line)))
-            except DecodeError as e:
-                failed += 1
-                if args.brief:
-                    print("line %d: %s" % (n, _text(e)))
-                else:
-                    json_line({"line": n, "error": error_json(e, struct=e.struct, offset=e.offset)})
-                continue
+    mine = [w for w in writes if w.rdma_cm]
+    skipped = [w for w in writes if not w.rdma_cm]
+    failed = 0
+    for w in mine:
+        where = {"line": w.line, **({"pid": w.pid} if w.pid is not None else {}), "fd": w.fd, "ret": w.ret}
+        if w.errno:
+            where["errno"] = w.errno
+        head = "line %d%s fd %d" % (w.line, " pid %d" % w.pid if w.pid is not None else "", w.fd)
+        try:
+            if w.truncated:
+                raise DecodeError("strace line", "strace cut the buffer (its -s): trace again with -s 4096")
+            out = _hex_pointers(decode_command(parse_input('write(%d, "%s")' % (w.fd, w.buffer))))
+        except DecodeError as e:
+            failed += 1
             if args.brief:
-                print("line %d: %s" % (n, _brief(out)))
+                print("%s: %s %s" % (head, _text(e), _result(w)))
             else:
-                json_line(dict({"line": n}, **out))
-        code = EXIT_USAGE if failed else EXIT_OK
-        if not args.brief:  # the stream's last line: what it held, and the exit status
-            json_line({"writes": len(writes), "failed": failed, "exit": code})
-        if failed:
-            _err("%d of %d writes did not decode" % (failed, len(writes)))
-        return code
+                json_line(dict(where, error=error_json(e, struct=e.struct, offset=e.offset)))
+            continue
+        if args.brief:
+            print("%s: %s %s" % (head, _brief(out), _result(w)))
+        else:
+            json_line(dict(where, **out))
+    code = EXIT_USAGE if failed or not mine else EXIT_OK
+    others = sorted({"fd %d (%s)" % (w.fd, w.path or "not opened in the trace") for w in skipped})
+    if args.brief and skipped:
+        print("%d writes to other files skipped: %s" % (len(skipped), ", ".join(others)))
+    elif not args.brief:  # the stream's last line: what it held, and the exit status
+        json_line({"writes": len(mine), "decoded": len(mine) - failed, "failed": failed, "skipped": len(skipped),
+                   "exit": code})
+    if not mine:
+        _err("no write to the rdma_cm device in the trace (%d to other files): trace it with `strace -f -y -xx "
+             "-s 4096 -e trace=openat,write,close,dup,clone`" % len(skipped))
+    elif failed:
+        _err("%d of %d writes to rdma_cm did not decode" % (failed, len(mine)))
+    return code
+
+
+def cmd_decode(args: argparse.Namespace) -> int:
+    from ..decode import decode_command, decode_reply, parse_input, read_trace
+    from ..errors import DecodeError
+
+    if args.json and args.brief:
+        _err("--json and --brief: choose one output")
+        return EXIT_USAGE
+    try:
+        text = _decode_input(args)
+    except _BadInput as e:
+        _err(str(e))
+        return EXIT_USAGE
+    if not args.reply and len([line for line in text.splitlines() if line.strip()]) > 1:
+        return _decode_trace(args, read_trace(text))  # a trace: every write, to whichever fd
     try:
         data = parse_input(text)
         out = decode_reply(args.reply, data) if args.reply else decode_command(data)

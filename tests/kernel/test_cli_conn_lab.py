@@ -210,14 +210,27 @@ def test_listen_disconnect_after_ends_ucmatose_s_client_run(peer):
         listen.stop()
 
 
+def _decode(text: str, what: str) -> list:
+    r = subprocess.run([*PYRDMACM, "decode"], input=text, capture_output=True, text=True, timeout=120)
+    show("here: pyrdmacm decode < %s" % what, r.returncode, r.stdout, r.stderr)
+    assert r.returncode == 0, r.stderr
+    return [json.loads(line) for line in r.stdout.splitlines()]
+
+
 def test_decode_a_whole_rping_trace(peer, tmp_path):
-    """rping's client here, traced as the README says (strace -f -xx on the device node):
-    ``pyrdmacm decode`` reads every write of the trace, each a command by name, in order."""
+    """rping's client here, traced whole (strace -f -y, every write and the calls that make
+    and end fds): ``pyrdmacm decode`` decodes every write to rdma_cm, each a command by name,
+    in order, with its pid, fd and result, and skips the writes to other files (its stdout,
+    libibverbs' device), counted.  The same trace without -y's paths decodes the same: the
+    fds are followed through the trace's own openat, clone (the cm thread) and close."""
+    import re
+
     server = peer.start(["rping", "-s", "-a", peer.address, "-C", "1", "-v"], line_buffered=True)
     peer.wait_listening(7174, "TCP")
     trace = tmp_path / "cm.trace"
-    traced = subprocess.run(["strace", "-f", "-xx", "-s", "4096", "-e", "trace=write", "-P", "/dev/infiniband/rdma_cm",
-                             "-o", str(trace), "rping", "-c", "-a", peer.address, "-C", "1", "-v"],
+    traced = subprocess.run(["strace", "-f", "-y", "-xx", "-s", "4096", "-e",
+                             "trace=openat,write,close,dup,dup2,dup3,fcntl,clone,clone3", "-o", str(trace),
+                             "rping", "-c", "-a", peer.address, "-C", "1", "-v"],
                             capture_output=True, text=True, timeout=60)
     # rping's own teardown race (seen once in CI on 5.10): its cm thread reads the channel the
     # main thread has just destroyed, prints "rdma_get_cm_event: Bad file descriptor" and
@@ -227,19 +240,28 @@ def test_decode_a_whole_rping_trace(peer, tmp_path):
     code, sout, serr = server.wait(20)
     assert code == 0, sout + serr
     text = trace.read_text()
-    writes = [line for line in text.splitlines() if "write(" in line]
-    r = subprocess.run([*PYRDMACM, "decode"], input=text, capture_output=True, text=True, timeout=120)
-    show("here: pyrdmacm decode < rping's trace (%d writes)" % len(writes), r.returncode, r.stdout, r.stderr)
-    assert r.returncode == 0, r.stderr
-    records = [json.loads(line) for line in r.stdout.splitlines()]
-    assert records.pop() == {"schema": 1, "writes": len(writes), "failed": 0, "exit": 0}
-    assert len(records) == len(writes) > 6
+    # what strace itself says (-y): which writes went to the device, which elsewhere
+    device = [line for line in text.splitlines() if re.search(r"write\(\d+</dev/infiniband/rdma_cm", line)]
+    elsewhere = [line for line in text.splitlines() if re.search(r"write\(\d+<", line) and line not in device]
+    records = _decode(text, "rping's whole trace (%d writes to rdma_cm, %d elsewhere)" % (len(device), len(elsewhere)))
+    summary = records.pop()
+    assert summary == {"schema": 1, "writes": len(device), "decoded": len(device), "failed": 0,
+                       "skipped": len(elsewhere), "exit": 0}, summary
+    assert len(records) == len(device) > 6 and len(elsewhere) >= 1  # rping -v prints its ping to stdout
     cmds = [rec["cmd"] for rec in records]
     assert cmds[0] == "CREATE_ID" and cmds[-1] == "DESTROY_ID"
     for step in ("RESOLVE_ADDR", "RESOLVE_ROUTE", "CONNECT", "DISCONNECT"):
         assert step in cmds, cmds
     assert cmds.index("RESOLVE_ADDR") < cmds.index("RESOLVE_ROUTE") < cmds.index("CONNECT") < cmds.index("DISCONNECT")
     assert all(rec["body"]["response"].startswith("0x") for rec in records if "response" in rec.get("body", {}))
+    assert all(isinstance(rec["pid"], int) and rec["ret"] == rec["in"] + 8 for rec in records)  # each wrote all
+    assert len({rec["pid"] for rec in records}) >= 2  # rping's main thread and its cm thread
+    plain = re.sub(r"(\d+)<(?:[^<>]|<[^>]*>)*>", r"\1", text)  # as traced without -y
+    assert "</dev/infiniband" not in plain
+    again = _decode(plain, "the same trace without -y's paths")
+    assert again.pop() == summary
+    assert [(r["line"], r["pid"], r["fd"], r["cmd"]) for r in again] == [
+        (r["line"], r["pid"], r["fd"], r["cmd"]) for r in records]
 
 
 def test_ping_udaddy_server(peer):

@@ -198,6 +198,7 @@ class Device:
     source: str = "sysfs"  #: where the facts came from: "netlink", "sysfs", "netlink+sysfs"
 
     def port(self, number: int) -> Optional[Port]:
+        """The port numbered ``number`` (1-based, as the kernel numbers them), or None."""
         for p in self.ports:
             if p.number == number:
                 return p

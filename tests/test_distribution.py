@@ -82,11 +82,12 @@ def _sdist(tmp_path: Path) -> Path:
 def test_the_sdist_holds_the_docs_and_the_host_tests_with_their_data(tmp_path):
     with tarfile.open(_sdist(tmp_path)) as t:
         names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
-    for doc in ("docs/api.md", "docs/cli.md", "README.md", "LICENSE", "CHANGELOG.md", "setup.cfg"):
+    for doc in ("docs/quickstart.md", "docs/cli.md", "docs/mesh.md", "docs/sphinx/conf.py", "README.md", "LICENSE",
+                "CHANGELOG.md", "CONTRIBUTING.md", "setup.cfg"):
         assert doc in names, doc
     # the tests and the data they read: the ABI's layouts and golden bytes, the tools they run
     for name in ("tests/conftest.py", "tests/test_golden.py", "abi/since.json", "tools/bench_codec.py",
-                 "tools/apidoc", "tools/manpages"):
+                 "tools/manpages"):
         assert name in names, name
     assert any(n.startswith("abi/golden/") for n in names) and any(n.startswith("abi/layout/") for n in names)
     assert not any("__pycache__" in n or n.startswith("build/") for n in names)

@@ -31,6 +31,7 @@ class Result:
     detail: str = ""
 
     def to_dict(self) -> Dict[str, object]:
+        """The result as JSON-able data (``conformance --json``'s ``results``)."""
         return asdict(self)
 
 

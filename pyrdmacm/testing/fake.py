@@ -250,6 +250,7 @@ class FakeKernel:
         return type(self)(self.net, max_cmd=self.max_cmd, version=self.version, machine=self.machine)
 
     def fileno(self) -> int:
+        """The fd the channel polls: readable while an event is queued, as rdma_cm's is."""
         return self._file.fileno()
 
     def close(self) -> None:
@@ -260,6 +261,9 @@ class FakeKernel:
         self._file.close()
 
     def write(self, data: bytes) -> int:
+        """``ucma_write``: one command (``rdma_ucm_cmd_hdr`` and its body), answered as the
+        kernel's rules say; its reply written where the command points; the bytes taken, or
+        the errno raised (an OSError), as the kernel's write returns them."""
         if self._file.closed:
             raise kernel_error(errno.EBADF)
         data = bytes(data)

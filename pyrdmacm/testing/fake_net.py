@@ -81,6 +81,8 @@ class FakeNet:
                                  "pick a source of the host's own" % (version, a, ", ".join(self.local) or "none"))
 
     def gid_of(self, ip: Any, dev: FakeDevice) -> ipaddress.IPv6Address:
+        """The GID of address ``ip`` on ``dev``: RoCE's is the address (an IPv4 one mapped),
+        InfiniBand's the subnet prefix and the port GUID."""
         ip = ipaddress.ip_address(ip)
         if dev.link_layer == "InfiniBand":
             # an IB port GID: subnet prefix + port GUID

@@ -75,7 +75,9 @@ class RdmaAddrInfo:
     """What :func:`getaddrinfo` answers: librdmacm's ``struct rdma_addrinfo``, one record.
 
     ``flags`` is what librdmacm sets in the answer (``RaiFlag.PASSIVE`` for a passive
-    lookup, else none); ``family`` AF_INET, AF_INET6 or AF_IB; ``qp_type`` and
+    lookup, else none); ``family`` ``socket.AF_INET`` or ``socket.AF_INET6`` (members of
+    :class:`socket.AddressFamily`, as :func:`socket.getaddrinfo` gives them), or
+    :data:`pyrdmacm.AF_IB` (27: the socket module has no member for it); ``qp_type`` and
     ``port_space`` None where librdmacm leaves 0.  A passive record has ``src`` (where to
     bind and listen) and no ``dst``; an active one has ``dst`` (where to resolve) and the
     hints' ``src`` if one was given.
@@ -97,6 +99,12 @@ class RdmaAddrInfo:
     prediction: Optional["Prediction"] = None
     predicted_errno: int = 0
     prediction_note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.family in (AF_INET, AF_INET6) and self.family.__class__ is int:
+            import socket
+
+            object.__setattr__(self, "family", socket.AddressFamily(self.family))
 
     @property
     def is_passive(self) -> bool:

@@ -229,6 +229,14 @@ def test_every_answer_is_a_record_and_the_first_is_getaddrinfos(monkeypatch: pyt
         getaddrinfo_all()
 
 
+def test_families_are_the_socket_modules_where_it_has_them() -> None:
+    v4 = getaddrinfo("10.0.0.2", "7471", no_route=True)
+    v6 = getaddrinfo("fd00::2", "7471", no_route=True)
+    ib = getaddrinfo("fe80::2:c903:0:1", "7471", numeric_host=True, family=AF_IB, no_route=True)
+    assert v4.family is socket.AF_INET and v6.family is socket.AF_INET6  # as socket.getaddrinfo's
+    assert ib.family == AF_IB == pyrdmacm.AF_IB == 27 and repr(v4.family) == repr(socket.AF_INET)
+
+
 def test_neither_node_nor_service_echoes_the_hints() -> None:
     info = getaddrinfo(passive=True, no_route=True, family=AF_INET, qp_type=QpType.UD, port_space=PortSpace.UDP,
                        src="10.0.0.1:7", dst="10.0.0.2:8")

@@ -278,9 +278,12 @@ def test_close_releases_the_fd(world: World, monkeypatch):
     closed leave the process's open fds as they were."""
     import os
 
+    import gc
+
     world.open_node(monkeypatch)
     EventChannel().close()  # what a first channel opens once per process is open now
-    before = sorted(os.listdir("/proc/self/fd"))
+    gc.collect()  # an earlier test's unreachable channel would close its fd meanwhile
+    before = set(os.listdir("/proc/self/fd"))
     kept = []
     for _ in range(200):
         ch = EventChannel()
@@ -289,7 +292,10 @@ def test_close_releases_the_fd(world: World, monkeypatch):
         kept.append(ch)
         with pytest.raises(OSError):
             os.fstat(fd)  # released at close, not when the object dies
-    assert sorted(os.listdir("/proc/self/fd")) == before
+    # no fd opened since is left (an fd that something else closed meanwhile is no leak: seen
+    # once in CI on 6.12, after 24 earlier tests of the same process)
+    left = set(os.listdir("/proc/self/fd")) - before
+    assert not left, {fd: os.readlink("/proc/self/fd/" + fd) for fd in left if fd.isdigit()}
     assert all(c.closed for c in kept)
 
 

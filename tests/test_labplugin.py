@@ -80,3 +80,20 @@ def test_a_fresh_clone_expects_what_ci_measured_per_topology(monkeypatch, tmp_pa
                                                               "tests/kernel/b.py": 5.0}
     assert labplugin.module_seconds("bullseye", "single", ids) == {"tests/kernel/a.py": 7.5,
                                                                    "tests/kernel/b.py": 5.0}
+
+
+def test_the_hosts_own_tests_run_before_the_lab_items():
+    """With --lab the host's tests come first, while the boots run in the background: in the
+    files' order ("kernel/" before "test_*.py") they ran after the last boot, in series."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(labplugin.__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                        "--lab=sid", "tests/kernel/test_cli_ids_lab.py", "tests/test_labplugin.py"],
+                       cwd=root, capture_output=True, text=True, timeout=120)
+    ids = [line for line in r.stdout.splitlines() if "::" in line]
+    lab = [i for i, nodeid in enumerate(ids) if nodeid.endswith("[lab-sid]")]
+    assert r.returncode == 0 and lab and ids[:lab[0]] and all("[lab-sid]" not in n for n in ids[:lab[0]]), r.stdout
+    assert lab == list(range(lab[0], len(ids)))  # the lab's items, all at the end

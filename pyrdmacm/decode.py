@@ -297,7 +297,8 @@ def read_trace(text: str) -> List[TraceWrite]:
     split by another thread (``<unfinished ...>`` then ``<... write resumed>``) is one, with
     the resumed line's result."""
     tables: Dict[Optional[int], Dict[int, str]] = {}
-    pending: Dict[Optional[int], Tuple[int, str, List[str]]] = {}  # an unfinished call per pid
+    #: an unfinished call per pid: its line, name, text, and for a write what its fd was then
+    pending: Dict[Optional[int], Tuple[int, str, List[str], Optional[str]]] = {}
     writes: List[TraceWrite] = []
     opened_rdma_cm = False
 
@@ -307,7 +308,14 @@ def read_trace(text: str) -> List[TraceWrite]:
             t = tables[pid] = next(iter(tables.values())) if tables else dict(_STD)
         return t
 
-    def finish(pid: Optional[int], n: int, name: str, args: str, end: str) -> None:
+    def fd_path(pid: Optional[int], args: str) -> Optional[str]:
+        """What a write's fd is as the write starts (a thread may close it before it ends)."""
+        w = _WRITE_ARGS.match(args)
+        if w is None:
+            return None
+        return _path_text(w.group(2)) if w.group(2) else table(pid).get(int(w.group(1)))
+
+    def finish(pid: Optional[int], n: int, name: str, args: str, end: str, started: Optional[str] = None) -> None:
         nonlocal opened_rdma_cm
         m = _RESULT.search(end)
         ret = None if m is None or m.group(1) == "?" else int(m.group(1), 0)
@@ -318,7 +326,7 @@ def read_trace(text: str) -> List[TraceWrite]:
             if w is None:
                 return
             fd = int(w.group(1))
-            path = _path_text(w.group(2)) if w.group(2) else fds.get(fd)
+            path = started if started is not None else fd_path(pid, args)
             is_cm = _is_rdma_cm(path) if path is not None else not opened_rdma_cm
             writes.append(TraceWrite(n, pid, fd, path, is_cm, w.group(3), bool(w.group(4)),
                                      ret if m is not None else None, err))
@@ -352,16 +360,17 @@ def read_trace(text: str) -> List[TraceWrite]:
         if m.group(3):  # <... name resumed>rest
             started = pending.pop(pid, None)
             if started is not None and started[1] == m.group(3):
-                start_line, name, parts = started
-                finish(pid, start_line, name, "".join(parts) + m.group(4), m.group(4))
+                start_line, name, parts, path = started
+                finish(pid, start_line, name, "".join(parts) + m.group(4), m.group(4), path)
             continue
         name, rest = m.group(5), m.group(6)
         if _UNFINISHED.search(rest):
-            pending[pid] = (n, name, [_UNFINISHED.sub("", rest)])
+            head = _UNFINISHED.sub("", rest)
+            pending[pid] = (n, name, [head], fd_path(pid, head) if name == "write" else None)
             continue
         finish(pid, n, name, rest, rest)
-    for pid, (start_line, name, parts) in pending.items():  # never resumed: no result
+    for pid, (start_line, name, parts, path) in pending.items():  # never resumed: no result
         if name == "write":
-            finish(pid, start_line, name, "".join(parts), "")
+            finish(pid, start_line, name, "".join(parts), "", path)
     writes.sort(key=lambda w: w.line)
     return writes

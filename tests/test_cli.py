@@ -113,6 +113,26 @@ def test_decode_a_whole_trace_follows_the_rdma_cm_fd(capsys, monkeypatch, tmp_pa
     assert code == 3 and "no write to the rdma_cm device in the trace" in err
 
 
+def test_a_write_is_the_files_its_fd_was_when_it_started():
+    """A thread's GET_EVENT blocked in the kernel when the process exits is never resumed,
+    and another thread closed the fd meanwhile (as rping's teardown traces, -f -o, no -y):
+    still the device's write, with no result."""
+    from pyrdmacm.decode import read_trace
+
+    trace = "\n".join([
+        '146 openat(AT_FDCWD, "/dev/infiniband/rdma_cm", O_RDWR|O_CLOEXEC) = 3',
+        '146 clone(child_stack=0x7f, flags=CLONE_VM|CLONE_FS|CLONE_FILES|CLONE_SIGHAND|CLONE_THREAD) = 147',
+        '147 write(3, "%s", 16 <unfinished ...>' % _quoted(COMMAND["GET_EVENT"].encode(0x1000)),
+        '146 write(3, "%s", 24 <unfinished ...>' % _quoted(_DESTROY),
+        '146 <... write resumed>) = 24',
+        '146 close(3) = 0',
+        '146 +++ exited with 0 +++',
+    ])
+    get, destroy = sorted(read_trace(trace), key=lambda w: w.pid, reverse=True)
+    assert (get.pid, get.fd, get.rdma_cm, get.ret) == (147, 3, True, None)
+    assert (destroy.pid, destroy.rdma_cm, destroy.ret, destroy.line) == (146, True, 24, 4)
+
+
 def test_a_trace_of_the_device_alone_decodes_every_write(capsys, monkeypatch):
     """`strace -P /dev/infiniband/rdma_cm` (the README's recipe) shows the device's writes
     alone, maybe without its open (attached later): every write is the device's."""

@@ -30,6 +30,13 @@ _DIGITS = frozenset("0123456789")
 _HEX = frozenset("0123456789abcdefABCDEF")
 
 
+def _shown_char(c: str) -> str:
+    """One character as ``repr`` shows it inside single quotes; an escaped byte as the byte."""
+    if "\udc80" <= c <= "\udcff":
+        return "\\x%02x" % (ord(c) - 0xDC00)
+    return "\\'" if c == "'" else repr(c)[1:-1]
+
+
 def show(value: Any, limit: int = 60) -> str:
     """``repr(value)``, cut short: messages never echo 100 kB of input.  A byte that was not
     text where it came from (argv and files read with surrogateescape keep it as U+DC80..
@@ -37,8 +44,7 @@ def show(value: Any, limit: int = 60) -> str:
     if isinstance(value, str) and len(value) > limit:
         return show(value[:limit], limit + 10) + "... (%d characters)" % len(value)
     if isinstance(value, str) and any("\udc80" <= c <= "\udcff" for c in value):
-        return "'%s'" % value.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace").replace(
-            "'", "\\'")
+        return "'%s'" % "".join(map(_shown_char, value))
     try:
         text = repr(value)
     except Exception:  # a user's object with a broken __repr__

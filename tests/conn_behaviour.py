@@ -353,6 +353,28 @@ def test_init_qp_attr_gives_what_a_qp_would_be_programmed_with(link: Link):
         c.establish()
 
 
+def test_both_ends_keep_the_path_their_connection_uses(link: Link):
+    """The route's path stays with the active id after CONNECT (its route holds it until the
+    id goes), and the passive id of a request has one of its own from the REQ (the kernel's
+    cma_ib_new_conn_id): its GIDs the other way round, the same MTU and pkey.  What an
+    identifying listener reads to tell its own view of the path."""
+    with link.server() as sc, link.client() as cc:
+        lst, dst = serve(sc, link)
+        c = routed(cc, dst)
+        (mine,) = c.query_path()
+        c.connect()
+        assert c.query_route().num_paths == 1 and c.query_path() == [mine]
+        req = wait(sc, E.CONNECT_REQUEST).id
+        r = req.query_route()
+        (theirs,) = req.query_path()
+        assert r.num_paths == 1 and (r.sgid, r.dgid) == (theirs.sgid, theirs.dgid) == (mine.dgid, mine.sgid)
+        assert (theirs.mtu, theirs.pkey) == (mine.mtu, mine.pkey), (theirs, mine)
+        req.accept()
+        wait(cc, E.CONNECT_RESPONSE)
+        assert c.init_qp_attr(QpState.RTR).path_mtu == mine.mtu == req.init_qp_attr(QpState.RTR).path_mtu
+        c.establish()
+
+
 def test_options_follow_the_kernels_state_rules(link: Link):
     with link.client() as cc:
         a = CmId(cc)

@@ -138,6 +138,7 @@ class FabricIdCommands(IdCommands):
         ctx.dev = self._net.local.get(str(req.dst.ip), self.host.device)
         ctx.src = Address(req.dst.ip, req.dst.port, req.dst.scope_id, 0, req.dst.family)
         ctx.dst = Address(req.src.ip, req.src.port, req.src.scope_id, 0, req.src.family)
+        ctx.paths = 0 if ud else 1  # cma_ib_new_conn_id keeps the REQ's path; a SIDR id has none
         end = CmEnd(self, ctx.handle, ud)
         self._file.cms[ctx.handle] = end
         end.listener = listener

@@ -229,6 +229,7 @@ class IdCommands:
         ACK_TIMEOUT set before makes its packet life time timeout - 1 (cm-notes.md section 5)."""
         ctx.route_tc = ctx.tos
         ctx.route_plt = ctx.ack_timeout - 1 if ctx.ack_timeout else PACKET_LIFETIME
+        ctx.paths = 1
 
     def resolve_ib_service(self, body: bytes, size_out: int) -> None:
         f = command_fields("rdma_ucm_resolve_ib_service", body)
@@ -293,7 +294,7 @@ class IdCommands:
         elif opt == abi.QueryOption.PATH:
             if size_out < 8:
                 raise kernel_error(errno.ENOSPC)
-            routed = ctx.state is S.ROUTE_RESOLVED and (size_out - 8) >= 72 and ctx.dev is not None
+            routed = bool(ctx.paths or ctx.path is not None) and (size_out - 8) >= 72 and ctx.dev is not None
             raw = struct.pack("<II", 1 if routed else 0, 0)
             write_to_address(f["response"], raw + self._path_reply(ctx) if routed else raw)
         elif opt == abi.QueryOption.IB_SERVICE and self._max_cmd >= C.RESOLVE_IB_SERVICE:
@@ -317,7 +318,7 @@ class IdCommands:
             for key, a in (("ib_route[0].sgid", ctx.src), ("ib_route[0].dgid", ctx.dst)):
                 if a is not None and a.family != AF_IB:
                     vals[key] = self._net.gid_of(a.ip, ctx.dev).packed
-            vals["num_paths"] = 1 if ctx.state is S.ROUTE_RESOLVED or ctx.path is not None else 0
+            vals["num_paths"] = 1 if ctx.paths or ctx.path is not None else 0
         raw = CODECS["rdma_ucm_query_route_resp"].pack_dict(vals)
         write_to_address(f["response"], raw[: min(size_out, self._reply_size("rdma_ucm_query_route_resp"))])
 

@@ -111,7 +111,7 @@ class IdContext:
     machine's table's (:class:`~pyrdmacm.testing.fake_file.Machine`)."""
 
     __slots__ = ("uid", "ps", "qp_type", "state", "src", "dst", "dev", "reported", "handle", "loopback", "psn",
-                 "tos", "ack_timeout", "reuseaddr", "afonly", "route_tc", "route_plt", "path", "resolving_dev")
+                 "tos", "ack_timeout", "reuseaddr", "afonly", "route_tc", "route_plt", "paths", "path", "resolving_dev")
 
     def __init__(self, handle: int, uid: int, ps: int, qp_type: int) -> None:
         self.handle = handle
@@ -135,6 +135,9 @@ class IdContext:
         #: the route's traffic class and packet life time (fixed when the route is resolved)
         self.route_tc = 0
         self.route_plt = PACKET_LIFETIME
+        #: the path records the id's route holds (``route.num_pri_alt_paths``): 1 from a
+        #: resolved route, or from the REQ for a connection's passive id, until the id goes
+        self.paths = 0
         #: the ``ib_path_rec_data`` SET_OPTION IB_PATH gave, if it did
         self.path: Optional[bytes] = None
         #: the device an address query in flight binds the id to when it succeeds

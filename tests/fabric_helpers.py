@@ -1,8 +1,9 @@
 """The fake fabric's connection tests' fixtures (a fabric, its two hosts, a channel on
 each) and helpers: the commands the library's API does not make written as bytes (ACCEPT,
 REJECT, NOTIFY, establish = ACCEPT with valid 0, CONNECT and DISCONNECT past its checks),
-an event expected, nothing arriving, a whole RC handshake.  Used by tests/test_fabric.py
-and tests/test_fabric_ends.py.
+an event expected, nothing arriving, a whole RC handshake; a fake host's device as
+list_devices reads it.  Used by tests/test_fabric.py, tests/test_fabric_ends.py, and the
+CLI's ping and mesh tests.
 """
 
 
@@ -150,3 +151,18 @@ def connected(ca: EventChannel, cb: EventChannel, qp_a: int = 0x100001, qp_b: in
     establish(ca, c)
     expect(cb, E.ESTABLISHED)
     return c, s
+
+
+def fake0_device(ip: str, netdev_mtu: int = 1500) -> Any:
+    """Host B's device as list_devices reads it: fake0 port 1 on eth0, its IP's GID as RoCE v1
+    at index 0 and v2 at 1 (where the fake kernel's INIT_QP_ATTR puts it), a link-local at 2,
+    no active MTU shown (as sysfs shows none)."""
+    import ipaddress
+
+    from pyrdmacm.devices import Device, Gid, GidType, LinkLayer, Port, PortState
+
+    gids = (Gid.make(0, ipaddress.IPv6Address("::ffff:" + ip), GidType.ROCE_V1, "eth0"),
+            Gid.make(1, ipaddress.IPv6Address("::ffff:" + ip), GidType.ROCE_V2, "eth0"),
+            Gid.make(2, ipaddress.IPv6Address("fe80::2"), GidType.ROCE_V2, "eth0"))
+    port = Port(1, PortState.ACTIVE, None, LinkLayer.ETHERNET, None, "eth0", gids, netdev_mtu=netdev_mtu)
+    return Device(1, "fake0", 0x0002C90300000200, None, (port,))

@@ -17,8 +17,10 @@ import pytest
 
 from pyrdmacm import CmId, EventChannel, PortSpace, cli
 from pyrdmacm.abi import CmEventType as E
-from pyrdmacm.cli import conn, output
+from pyrdmacm.cli import conn, output, ping
 from pyrdmacm.testing import FakeFabric
+
+from fabric_helpers import fake0_device
 
 A, B = "10.9.0.1", "10.9.0.2"
 
@@ -45,7 +47,9 @@ def cli_on_b(hosts, monkeypatch):
         return EventChannel(kernels[-1])
 
     monkeypatch.setattr(conn, "_open_channel", open_channel)
+    monkeypatch.setattr(ping, "list_devices", lambda use_netlink=True: [fake0_device(B)])
     return kernels
+
 
 
 def run(capsys, *argv):
@@ -130,6 +134,12 @@ def test_ping_established_human(capsys, server, cli_on_b):
     assert ours == [r.qp_num for r in srv.requests] and len(set(ours)) == 2
     assert all(r.private_data == b"hello".ljust(56, b"\0") for r in srv.requests)
     assert all("from 10.9.0.2:" in line and "on fake0 port 1" in line for line in lines if "our qp" in line)
+    # each end's view of the data path: where the route landed (RoCE v2 over v1 for the same
+    # GID, as rdma_cm's default), the path record, and what the QP's RTR and RTS would be given
+    assert lines.count("      path: RoCE v2 GID 1 ::ffff:10.9.0.2, MTU 1024 (port 1024, netdev 1500), tclass 0, "
+                       "SL 0, hop limit 64, flow label 0x0, pkey 0xffff") == 2
+    assert lines.count("      QP: path MTU 1024, sgid index 1, tclass 0, hop limit 64, SL 0, timeout 19, retry 7, "
+                       "RNR retry 7, responder resources 1, initiator depth 1") == 2
     assert lines[-3] == "--- 10.9.0.1 port 7471 rdma_cm ping statistics ---"
     assert lines[-2].startswith("2 attempts, 2 established, 0 failed, time ")
     assert lines[-1].startswith("connect min/avg/max = ")
@@ -149,6 +159,12 @@ def test_ping_established_json(capsys, server, cli_on_b):
     assert a["steps"]["timewait"] >= 40  # the fabric's timewait is 50 ms
     assert a["qp_num"] == srv.requests[0].qp_num
     assert a["src"].startswith(B + ":") and a["device"] == "fake0" and a["port_num"] == 1
+    assert (a["gid_index"], a["gid_type"], a["sgid"], a["dgid"]) == (1, "RoCE v2", "::ffff:" + B, "::ffff:" + A)
+    assert a["path"] == {"mtu": 1024, "port_mtu": 1024, "netdev_mtu": 1500, "link_local": False, "tclass": 0,
+                         "sl": 0, "hop_limit": 64, "flow_label": 0, "pkey": 0xFFFF}
+    assert a["qp"] == {"path_mtu": 1024, "sgid_index": 1, "tclass": 0, "hop_limit": 64, "sl": 0, "flow_label": 0,
+                       "timeout": 19, "retry_cnt": 7, "rnr_retry": 7, "min_rnr_timer": 0, "max_dest_rd_atomic": 1,
+                       "max_rd_atomic": 1}
     peer = a["peer"]
     assert peer["qp_num"] == srv.qp_nums[0]
     assert (peer["responder_resources"], peer["initiator_depth"], peer["retry_count"], peer["rnr_retry_count"],
@@ -167,14 +183,15 @@ def test_ping_rejected_28_with_data(capsys, server, cli_on_b):
     assert code == cli.EXIT_EVENT
     lines = out.splitlines()
     assert lines[1].startswith("seq=1 REJECTED reason 28 CONSUMER_DEFINED in step connect after ")
-    assert lines[2].startswith("      the peer rejected: its application did")
-    assert lines[3] == ('      peer private data: 7365727665722d66756c6c "server-full" (REJ: 148 bytes, the '
+    assert lines[2].startswith("      path: RoCE v2 GID 1 ::ffff:10.9.0.2, MTU 1024 ")  # the route resolved
+    assert lines[3].startswith("      the peer rejected: its application did")
+    assert lines[4] == ('      peer private data: 7365727665722d66756c6c "server-full" (REJ: 148 bytes, the '
                         "sender's data padded with zeros; the CM does not send its length)")
     assert "1 attempt, 0 established, 1 failed" in out
     code, out, _ = run(capsys, "ping", A, "--json")
     assert code == cli.EXIT_EVENT
     a = json.loads(out)["attempts"][0]
-    assert a["established"] is False and a["peer"] is None
+    assert a["established"] is False and a["peer"] is None and a["qp"] is None and a["path"]["mtu"] == 1024
     r = a["reason"]
     assert (r["step"], r["event"], r["status"], r["name"]) == ("connect", "REJECTED", 28, "CONSUMER_DEFINED")
     assert r["hint"].startswith("the peer rejected")
@@ -202,9 +219,10 @@ def test_ping_ud_established(capsys, hosts, server, cli_on_b):
     assert lines[1].startswith("seq=1 ESTABLISHED peer qp %#x connect=" % srv.qp_nums[0])
     assert "disconnect" not in lines[1]  # UD has no disconnect
     assert lines[2].startswith("      from 10.9.0.2:")  # a SIDR REQ carries no QP number of ours
-    assert lines[3] == ("      peer: qkey 0x01234567, address handle dgid ::ffff:10.9.0.1 sgid_index 0 "
+    assert lines[3].startswith("      path: RoCE v2 GID 1 ::ffff:10.9.0.2, MTU 1024 ")  # no QP line: UD
+    assert lines[4] == ("      peer: qkey 0x01234567, address handle dgid ::ffff:10.9.0.1 sgid_index 0 "
                         "hop_limit 64 traffic_class 0 flow_label 0 port 1 sl 0")
-    assert lines[4].startswith('      peer private data: 75642d6869 "ud-hi" (SIDR REP: 136 bytes')
+    assert lines[5].startswith('      peer private data: 75642d6869 "ud-hi" (SIDR REP: 136 bytes')
     assert srv.requests[0].private_data == b"hi".ljust(180, b"\0")
     code, out, _ = run(capsys, "ping", A, "--ps", "udp", "--json")
     a = json.loads(out)["attempts"][0]
@@ -503,3 +521,54 @@ def test_help(capsys, command):
         cli.main([command, "--help"])
     out, _ = capsys.readouterr()
     assert e.value.code == 0 and "--private-data HEX" in out and "--count N" in out
+
+
+def test_listen_identify_answers_with_its_own_view_of_the_path(capsys, hosts, cli_on_b, monkeypatch):
+    """--identify: the REP says who answered (host, rail, address) and then, in short words,
+    this end's view of the request's path (its GID, MTUs, class, SL, pkey, and the QP's RTR
+    path MTU and source GID index), as ping and mesh read it."""
+    import socket
+
+    from pyrdmacm import devices
+    from pyrdmacm.mesh.cells import parse_identity
+
+    monkeypatch.setattr(devices, "list_devices", lambda *a, **k: [fake0_device(B, netdev_mtu=9000)])
+    client = Client(hosts[0])
+    code, out, err = run(capsys, "listen", "7471", "--count", "1", "--identify")
+    client.join(3)
+    assert code == cli.EXIT_OK, err
+    words = parse_identity(client.answer.private_data)
+    assert words == {"host": socket.gethostname(), "rail": "?", "addr": B, "gi": "1", "gt": "v2", "ll": "0",
+                     "mtu": "1024", "pm": "4096", "nm": "9000", "tc": "0", "sl": "0", "pk": "ffff", "qm": "1024",
+                     "qg": "1"}, words
+    assert len(client.answer.private_data) == 196
+
+
+def test_ping_shows_both_ends_and_names_each_mismatch(capsys, server, cli_on_b):
+    """An identifying listener whose view differs (a RoCE v1 GID, a 4096 path and port MTU, a
+    link-local source GID): ping prints its view beside ours and names each difference; the
+    attempt is established all the same (the CM path works: the data path is what fails)."""
+    from pyrdmacm.mesh.cells import identity
+
+    server(data=identity("node-a", "eth0", A, ("gi=0", "gt=v1", "ll=1", "mtu=4096", "pm=4096", "nm=9000", "tc=0",
+                                               "sl=3", "pk=ffff", "qm=4096", "qg=0")))
+    code, out, err = run(capsys, "ping", A)
+    assert code == cli.EXIT_OK, err
+    lines = out.splitlines()
+    k = lines.index([line for line in lines if line.startswith("      there ")][0])
+    assert lines[k:k + 7] == [
+        "      there (node-a eth0 10.9.0.1): RoCE v1 GID 0 (link-local), MTU 4096 (port 4096, netdev 9000), tclass 0, "
+        "SL 3, pkey 0xffff; its QP: path MTU 4096, sgid index 0",
+        "      mismatch: GID type RoCE v2 here, RoCE v1 there",
+        "      mismatch: path MTU 1024 here, 4096 there",
+        "      mismatch: port MTU 1024 here, 4096 there",
+        "      mismatch: the QP's path MTU 1024 here, 4096 there",
+        "      mismatch: SL 0 here, 3 there",
+        "      mismatch: the source GID is link-local there (index 0): it routes nowhere past the link"]
+    code, out, err = run(capsys, "ping", A, "--json")
+    a = json.loads(out)["attempts"][0]
+    assert a["established"] and a["agent"] == {"host": "node-a", "rail": "eth0", "addr": A}
+    assert a["there"] == {"gid_index": 0, "gid_type": "RoCE v1", "link_local": True, "mtu": 4096, "port_mtu": 4096,
+                          "netdev_mtu": 9000, "tclass": 0, "sl": 3, "pkey": 0xFFFF, "qp_path_mtu": 4096,
+                          "qp_sgid_index": 0}
+    assert len(a["mismatches"]) == 6 and code == cli.EXIT_OK

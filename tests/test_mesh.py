@@ -10,12 +10,14 @@ from typing import List
 
 import pytest
 
-from pyrdmacm import CmId, EventChannel, cli, mesh
+from pyrdmacm import CmId, EventChannel, cli, devices, mesh
 from pyrdmacm.abi import CmEventType as E
 from pyrdmacm.cli import conn
 from pyrdmacm.mesh import engine, render
 from pyrdmacm.mesh.cells import OUTCOMES, Cell, identity, parse_identity
 from pyrdmacm.testing import FakeFabric
+
+from fabric_helpers import fake0_device
 
 A, B = "10.9.0.1", "10.9.0.2"
 
@@ -37,6 +39,7 @@ def on_b(fabric, monkeypatch):
     monkeypatch.setattr(engine, "rails", lambda names=None, devices=None: [mesh.Rail("eth0", (B,), "fake0", 1)]
                         if names in (None, ["eth0"]) else (_ for _ in ()).throw(ValueError("no netdev %s" % names)))
     monkeypatch.setattr(engine, "_why", lambda dst, src, devs=None: ["explained: %s from %s" % (dst, src)])
+    monkeypatch.setattr(devices, "list_devices", lambda *a, **k: [fake0_device(B, netdev_mtu=9000)])
     return host_a, host_b
 
 
@@ -95,6 +98,12 @@ def test_no_listener_is_reason_8_and_proves_the_path(capsys, on_b):
     assert cell["src"] == B and cell["dst"] == A and cell["rail"] == "eth0" and cell["device"] == "fake0"
     assert cell["sgid"] == "::ffff:" + B and cell["dgid"] == "::ffff:" + A and cell["port"] == 1
     assert set(cell["ms"]) == {"addr", "route", "connect"} and cell["why"] == []
+    # the data path as this end programs it: the port's MTU (from its netdev's 9000) is not
+    # the path record's; no QP view without a REP
+    assert (cell["gid_index"], cell["gid_type"]) == (1, "RoCE v2")
+    assert cell["path"] == {"mtu": 1024, "port_mtu": 4096, "netdev_mtu": 9000, "link_local": False, "tclass": 0,
+                            "sl": 0, "hop_limit": 64, "flow_label": 0, "pkey": 0xFFFF}
+    assert cell["qp"] == {}
     summary = json.loads(out.splitlines()[-1])
     assert summary["exit"] == 0 and summary["summary"]["cells"] == 1 and summary["summary"]["failed"] == 0
 
@@ -122,6 +131,9 @@ def test_a_listener_that_identifies_itself(capsys, on_b, fabric):
     assert code == 0, err
     assert cell["outcome"] == "established" and cell["agent"] == {"host": "node-a", "rail": "eth0", "addr": A}
     assert set(cell["ms"]) == {"addr", "route", "connect", "disconnect"}
+    assert cell["qp"] == {"path_mtu": 1024, "sgid_index": 1, "tclass": 0, "hop_limit": 64, "sl": 0, "flow_label": 0,
+                          "timeout": 19, "retry_cnt": 7, "rnr_retry": 7, "min_rnr_timer": 0, "max_dest_rd_atomic": 1,
+                          "max_rd_atomic": 1}
 
 
 def test_an_address_answered_by_the_wrong_node(capsys, on_b, fabric):

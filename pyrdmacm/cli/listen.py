@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from . import conn
 from .conn import TIMEWAIT_GRACE, _conn_peer, _destroy_quietly, _pd_info, _pd_text, _status_text
@@ -134,26 +134,41 @@ def cmd_listen(args: argparse.Namespace) -> int:
     return code
 
 
-def _identity(args: argparse.Namespace, local: Any) -> bytes:
-    """--identify's REP private data for a request to ``local``: this host, the netdev that
-    owns the address (the rail) and the address, as ``pyrdmacm mesh`` reads it (looked up
-    once per address)."""
+def _identity(args: argparse.Namespace, local: Any, req: Any = None) -> bytes:
+    """--identify's REP private data for a request ``req`` to ``local``: this host, the
+    netdev that owns the address (the rail) and the address, as ``pyrdmacm mesh`` and
+    ``ping`` read it (looked up once per address), then this end's view of the request's
+    path (:func:`pyrdmacm.mesh.path.view_words`: the devices read once)."""
     import socket
 
-    from ..netlink.route import addresses, links
+    from ..devices import list_devices
+    from ..errors import KernelError
     from ..mesh.cells import identity
+    from ..mesh.path import gid_entries, qp_view, view_words, where
+    from ..netlink.route import addresses, links
 
-    known: Dict[str, bytes] = args.__dict__.setdefault("_identities", {})
+    known: Dict[str, Tuple[str, str, str]] = args.__dict__.setdefault("_identities", {})
     ip = _ip_text(local.ip) if local is not None else None
     if ip not in known:  # every address of this host, at once (before LISTENING: a request is answered at once)
         names = {link.index: link.name for link in links()}
         host = socket.gethostname()
         for i, addrs in addresses().items():
             for a in addrs:
-                known.setdefault(_ip_text(a.ip), identity(host, names.get(i, "?"), _ip_text(a.ip)))
+                known.setdefault(_ip_text(a.ip), (host, names.get(i, "?"), _ip_text(a.ip)))
         if ip is not None and ip not in known:
-            known[ip] = identity(host, "?", ip)
-    return known[ip] if ip is not None else b""
+            known[ip] = (host, "?", ip)
+        devs = list_devices(use_netlink=False)
+        args.__dict__["_devices"] = (devs, gid_entries(devs))
+    if ip is None:
+        return b""
+    view: Tuple[str, ...] = ()
+    if req is not None:
+        devs, gids = args.__dict__["_devices"]
+        try:
+            view = tuple(view_words(where(req, devs, gids), qp_view(req)))
+        except KernelError:
+            pass  # the identity alone
+    return identity(*known[ip], view=view)
 
 
 def _listen_step(ch: Any, lst: Any, conns: Dict[int, "_Conn"], stats: Dict[str, int], args: argparse.Namespace,
@@ -220,7 +235,7 @@ def _listen_step(ch: Any, lst: Any, conns: Dict[int, "_Conn"], stats: Dict[str, 
              "#%d   peer private data: %s" % (n, _pd_text(peer["private_data"])))
         message = ("SIDR REP" if ud else "REJ") if args.reject else ("SIDR REP" if ud else "REP")
         if getattr(args, "identify", False) and local is not None:
-            data = _identity(args, local)
+            data = _identity(args, local, req)
         try:
             if args.reject:
                 req.reject(data)

@@ -14,6 +14,10 @@ from .conn import (TIMEWAIT_GRACE, _conn_peer, _destroy_quietly, _event_reason, 
                    _reason_text, _ud_peer)
 from .inputs import (DEFAULT_PORT, _BadInput, _addr_text, _count, _dst_src, _explicit_port, _port_space,
                      _private_data_arg, _timeout_ms)
+from ..devices import list_devices
+from ..mesh.cells import parse_identity
+from ..mesh.path import (flat_view, gid_entries, mismatches, path_text, qp_text, qp_view, there_text, view_of_words,
+                         where)
 from .output import (EXIT_INTERRUPTED, EXIT_NODEV, EXIT_OK, EXIT_USAGE, _err, _event_exit, _ip_text, _name_lines,
                      _print_json, _refused_exit, _text, error_json)
 
@@ -29,15 +33,19 @@ _STEP_TIMEOUT_HINTS = {
 
 
 def _attempt(ch: Any, seq: int, dst: Any, src: Any, ps: Any, data: bytes, timeout_ms: int,
-             timewait: bool, holder: List[Any]) -> Dict[str, Any]:
-    """One connection: resolve, connect, establish, disconnect, destroy; what each step took."""
+             timewait: bool, holder: List[Any], devs: List[Any], gids: Any) -> Dict[str, Any]:
+    """One connection: resolve, connect, establish, disconnect, destroy; what each step took,
+    where the route landed and the data path (``path``), and a connected QP's attributes
+    (``qp``, from the REP: before the RTU)."""
     from ..abi import CmEventType as E
     from ..core.cmid import CmId
     from ..errors import KernelError
     from ..state import OUTCOMES, Call, Kind
 
     att: Dict[str, Any] = {"seq": seq, "established": False, "reason": None, "steps": {}, "qp_num": None,
-                           "src": None, "device": None, "port_num": None, "peer": None}
+                           "src": None, "device": None, "port_num": None, "gid_index": None, "gid_type": None,
+                           "sgid": None, "dgid": None, "path": None, "qp": None, "peer": None, "agent": None,
+                           "there": None, "mismatches": []}
     steps: Dict[str, float] = att["steps"]
     cm = CmId(ch, ps)
     holder[0] = cm
@@ -79,10 +87,12 @@ def _attempt(ch: Any, seq: int, dst: Any, src: Any, ps: Any, data: bytes, timeou
     try:
         info = cm.query_addr()
         att["src"] = str(info.src) if info.src else None
-        att["device"] = info.device.name if info.device else None
-        att["port_num"] = info.port_num
+        w = where(cm, devs, gids)
     except KernelError:
         pass
+    else:
+        att["device"], att["port_num"], att["path"] = w["device"], w["port"], w["path"]
+        att.update((k, w[k]) for k in ("gid_index", "gid_type", "sgid", "dgid"))
     o = OUTCOMES[(kind, Call.CONNECT)]
     ok = frozenset([E.ESTABLISHED]) if ud else frozenset([E.CONNECT_RESPONSE])
     ev = step("connect", lambda: cm.connect(qp_num=None, private_data=data, responder_resources=1,
@@ -98,6 +108,16 @@ def _attempt(ch: Any, seq: int, dst: Any, src: Any, ps: Any, data: bytes, timeou
         att["established"] = True
         return att
     att["peer"] = _conn_peer(ev.param, "REP")
+    try:
+        att["qp"] = qp_view(cm)
+    except KernelError:
+        pass
+    who = parse_identity(ev.param.private_data)  # an identifying listener: its own view of the path
+    if who is not None:
+        att["agent"] = {k: who[k] for k in ("host", "rail", "addr") if k in who}
+        att["there"] = view_of_words(who)
+        if att["path"] is not None:
+            att["mismatches"] = mismatches(flat_view(att, att["qp"] or {}), att["there"])
     t = time.monotonic()
     try:
         cm.establish()
@@ -140,6 +160,15 @@ def _attempt_lines(a: Dict[str, Any], ud: bool) -> List[str]:
                                                                           taken)
         ours = "our qp %#x from" % a["qp_num"] if a["qp_num"] is not None else "from"
         lines = [head, "      %s %s on %s port %s" % (ours, a["src"], a["device"], a["port_num"])]
+        if a["path"] is not None:
+            lines.append("      path: " + path_text(a))
+        if a["qp"] is not None:
+            lines.append("      QP: " + qp_text(a["qp"]))
+        if a["there"] is not None:
+            ag = a["agent"]
+            lines.append("      there (%s %s %s): %s" % (ag.get("host", "?"), ag.get("rail", "?"), ag.get("addr", "?"),
+                                                     there_text(a["there"])))
+            lines += ["      mismatch: " + m for m in a["mismatches"]]
         lines += ["      " + x for x in _peer_lines(p)]
         if a["reason"] is not None:
             lines.append("      then " + _reason_text(a["reason"]))
@@ -148,6 +177,8 @@ def _attempt_lines(a: Dict[str, Any], ud: bool) -> List[str]:
         return lines
     r = a["reason"]
     lines = ["seq=%d %s%s" % (a["seq"], _reason_text(r), " (%s ms)" % taken if taken else "")]
+    if a["path"] is not None:
+        lines.append("      path: " + path_text(a))
     if r.get("hint"):
         lines.append("      " + r["hint"])
     if r.get("private_data") is not None:
@@ -199,6 +230,8 @@ def cmd_ping(args: argparse.Namespace) -> int:
         print("PING %s (rdma_cm PS_%s, %s)%s: %d attempt%s, %d bytes of private data in the %s" % (
             where, ps.name, "UD: SIDR" if ud else "RC", " from %s" % _addr_text(src) if src else "", count,
             "s" if count != 1 else "", len(data), "SIDR REQ" if ud else "REQ"), flush=True)
+    devs = list_devices(use_netlink=False)  # the GID tables and MTUs, read once (sysfs)
+    gids = gid_entries(devs)
     attempts: List[Dict[str, Any]] = []
     started = time.monotonic()
     interrupted = False
@@ -208,7 +241,7 @@ def cmd_ping(args: argparse.Namespace) -> int:
         try:
             for seq in range(1, count + 1):
                 try:
-                    a = _attempt(ch, seq, dst, src, ps, data, timeout_ms, args.timewait, holder)
+                    a = _attempt(ch, seq, dst, src, ps, data, timeout_ms, args.timewait, holder, devs, gids)
                 except UsageError as e:  # what the library refuses before any syscall
                     _err(_text(e))
                     return EXIT_USAGE

@@ -97,10 +97,21 @@ class Cell:
     port: Optional[int] = None
     gid_index: Optional[int] = None
     gid_type: Optional[str] = None
+    #: the data path as this end programs it (:func:`pyrdmacm.mesh.path.where`): MTUs, GID
+    #: link-local, tclass, SL, hop limit, flow label, pkey; empty before the route resolved
+    path: Dict[str, Any] = field(default_factory=dict)
+    #: a connected QP's RTR and RTS attributes (:func:`pyrdmacm.mesh.path.qp_view`), once a
+    #: listener's REP came: empty otherwise
+    qp: Dict[str, Any] = field(default_factory=dict)
     sgid: Optional[str] = None
     dgid: Optional[str] = None
     ms: Dict[str, float] = field(default_factory=dict)  #: each step's time: addr, route, connect, disconnect
-    agent: Optional[Dict[str, str]] = None  #: what an identifying listener said it is
+    agent: Optional[Dict[str, str]] = None  #: what an identifying listener said it is: host, rail, addr
+    #: the identifying listener's own view of the path, from its REP
+    #: (:func:`pyrdmacm.mesh.path.view_of_words`): empty from any other far end
+    there: Dict[str, Any] = field(default_factory=dict)
+    #: what differs between this end's view and ``there`` (:func:`pyrdmacm.mesh.path.mismatches`)
+    mismatches: List[str] = field(default_factory=list)
     error: Optional[Dict[str, Any]] = None  #: the one error object, when a command was refused
     why: List[str] = field(default_factory=list)  #: the pre-check's explanation of a failure
 
@@ -215,6 +226,14 @@ def parse_identity(data: bytes) -> Optional[Dict[str, str]]:
     return dict(w.split("=", 1) for w in words[1:] if "=" in w)
 
 
-def identity(host: str, rail: str, addr: str) -> bytes:
-    """The REP's private data of an identifying listener (within the REP's 196 bytes)."""
-    return ("%s host=%s rail=%s addr=%s" % (IDENTIFY_MAGIC, host, rail, addr)).encode("ascii", "replace")[:196]
+def identity(host: str, rail: str, addr: str, view: Tuple[str, ...] = ()) -> bytes:
+    """The REP's private data of an identifying listener: who it is, then ``view``, the words
+    of its own view of the path (:func:`pyrdmacm.mesh.path.view_words`), as many whole words
+    as the REP's 196 bytes hold."""
+    out = ("%s host=%s rail=%s addr=%s" % (IDENTIFY_MAGIC, host, rail, addr)).encode("ascii", "replace")[:196]
+    for word in view:
+        more = out + b" " + word.encode("ascii", "replace")
+        if len(more) > 196:
+            break
+        out = more
+    return out

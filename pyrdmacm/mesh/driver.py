@@ -17,12 +17,12 @@ import asyncio
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
-from ..addr.text import ip_text
 from ..core.router import Waiter, take_of
 from ..abi import CmEventType as E
 from ..errors import RdmaCmError
 from ..state import Call
 from .cells import Cell, parse_identity
+from .path import flat_view, mismatches, qp_view, view_of_words, where
 
 #: how often the run looks for steps past their deadline (s)
 TICK = 0.05
@@ -208,16 +208,12 @@ class CellRun(Waiter):
                 self._finish()
 
     def _where(self) -> None:
-        """Where the route landed, in one QUERY_ROUTE: the device (named from the run's list:
-        no sysfs read a cell), the port, the GIDs and the source GID's index and type."""
+        """Where the route landed and the path the data will take (QUERY_ROUTE and QUERY PATH;
+        the device named from the run's list: no sysfs read a cell)."""
         cell, run = self.cell, self.run
-        r = self.cm.query_route(devices=run.devs)
-        cell.device = r.device.name if r.device else None
-        cell.port = r.port_num
-        sgid, dgid = r.sgid, r.dgid
-        cell.sgid = ip_text(sgid) if sgid is not None else None
-        cell.dgid = ip_text(dgid) if dgid is not None else None
-        cell.gid_index, cell.gid_type = run.gids.get((cell.device, cell.port, sgid), (None, None))
+        w = where(self.cm, run.devs, run.gids)
+        cell.device, cell.port, cell.sgid, cell.dgid = w["device"], w["port"], w["sgid"], w["dgid"]
+        cell.gid_index, cell.gid_type, cell.path = w["gid_index"], w["gid_type"], w["path"]
 
     def _answered(self, ev: Any) -> None:
         """The connect's answer: REJ (reason 8: nobody listens, the path works), no answer,
@@ -232,11 +228,16 @@ class CellRun(Waiter):
             cell.outcome, cell.status = "unreachable", ev.status
             cell.detail = "%s%s" % (ev.event.name, " (%s)" % ev.status_name if ev.status_name else "")
             return self._finish()
+        cell.qp = qp_view(self.cm)  # what a QP would be given, before the RTU
         self.cm.establish()  # the RTU: the listener gets ESTABLISHED
         cell.outcome = "established"
         who = parse_identity(ev.param.private_data)
         if who is not None:
-            cell.agent = who
+            cell.agent = {k: who[k] for k in ("host", "rail", "addr") if k in who}
+            cell.there = view_of_words(who)
+            if cell.path:
+                cell.mismatches = mismatches(flat_view({"gid_index": cell.gid_index, "gid_type": cell.gid_type,
+                                                        "path": cell.path}, cell.qp), cell.there)
             if who.get("addr") not in (None, (cell.dst or "").split("%")[0]):
                 cell.outcome = "wrong-host"
                 cell.detail = "answered by %s (rail %s, address %s), not %s" % (

@@ -10,6 +10,7 @@ import socket
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .cells import Cell, Rail, Target
+from .path import gid_entries
 
 
 def rails(names: Optional[Iterable[str]] = None, *, devices: Any = None) -> List[Rail]:
@@ -91,21 +92,6 @@ def targets(words: Sequence[str], *, all_addresses: bool = False, numeric: bool 
     return out
 
 
-def _gid_entries(devs: Any) -> Dict[Tuple[str, int, Any], Tuple[int, str]]:
-    """(device, port, GID) -> the GID table's index and type to report for it: RoCE v2 first,
-    as rdma_cm's default GID type is, then the lowest index (built once a run: a Soft-RoCE
-    port's table is 1,024 entries)."""
-    out: Dict[Tuple[str, int, Any], Tuple[int, str]] = {}
-    for d in devs:
-        for p in d.ports:
-            for g in p.gids:
-                key, mine = (d.name, p.number, g.gid), (g.index, g.type.value)
-                have = out.get(key)
-                if have is None or (mine[1] != "RoCE v2", mine[0]) < (have[1] != "RoCE v2", have[0]):
-                    out[key] = mine
-    return out
-
-
 def _why(dst: str, src: Optional[str], devs: Any = None) -> List[str]:
     """The pre-check's explanation for a cell that failed: what is missing, the warnings,
     then its reasoning (the lookup, the route, the source, the device, the neighbour)."""
@@ -176,7 +162,7 @@ async def check_async(rails: Sequence[Rail], targets: Sequence[Target], *, port:
         if c.dst is None or c.src is None:
             if on_cell is not None:
                 on_cell(c)
-    gids = _gid_entries(devs)
+    gids = gid_entries(devs)
     # The failed cells are explained in one thread of their own (pyroute2 runs a loop of its
     # own), through one routing socket and links dump for the whole run (a netlink session
     # open in that thread from its start to the end of the run), with the devices read once.

@@ -63,7 +63,8 @@ def legend() -> List[str]:
 
 def table(m: Matrix, *, explain: bool = True) -> str:
     """The matrix as text: a row per rail, a column per target; then each failed cell with
-    its status, where it went and the pre-check's explanation."""
+    its status, where it went and the pre-check's explanation; then each cell whose two ends'
+    views of the data path differ (an identifying listener's), with what differs."""
     names = [_row_name(m, r) for r in m.rows]
     first = max([len("rail")] + [len(n) for n in names])
     columns = [clean(c) for c in m.columns]
@@ -87,6 +88,14 @@ def table(m: Matrix, *, explain: bool = True) -> str:
             lines.append(clean("%s -> %s (%s): %s%s%s" % (_row_name(m, (c.host, c.rail)), c.target, c.dst or "?",
                                                           c.outcome, " -- %s" % c.detail if c.detail else "", where)))
             lines += ["    " + clean(w) for w in c.why[:8]]
+    found = [c for c in cells if c.mismatches]
+    if found and explain:  # findings of their own: the CM path works, the data path may not
+        lines.append("")
+        lines.append("%d cell%s whose two ends do not agree on the data path:" % (len(found),
+                                                                                "s" if len(found) != 1 else ""))
+        for c in found:
+            lines.append(clean("%s -> %s (%s):" % (_row_name(m, (c.host, c.rail)), c.target, c.dst or "?")))
+            lines += ["    " + clean(w) for w in c.mismatches]
     return "\n".join(lines) + "\n"
 
 

@@ -21,6 +21,7 @@ from typing import List, Optional
 import pytest
 
 from pyrdmacm import cli
+from pyrdmacm.devices import roce_path_mtu
 
 pytestmark = pytest.mark.kernel(topology="pair")
 
@@ -109,6 +110,16 @@ def test_ping_ucmatose_server_twice(peer):
     assert set(a1["steps"]) == {"addr", "route", "connect", "establish", "disconnect"}
     assert a1["device"] == "rxe0" and a1["src"].startswith(local_address() + ":")
     assert a1["peer"]["rnr_retry_count"] == 7  # what librdmacm accepts with
+    # this end's view of the data path, and the QP's RTR/RTS as the kernel gives them: they
+    # agree (the GID index the table names is the kernel's choice; the path record's MTU is
+    # the one derived from the netdev's, and the QP's)
+    p, q = a1["path"], a1["qp"]
+    with open("/sys/class/net/eth0/mtu") as f:
+        assert p["netdev_mtu"] == int(f.read()), p
+    assert p["mtu"] == p["port_mtu"] == roce_path_mtu(p["netdev_mtu"]) == q["path_mtu"], (p, q)
+    assert a1["gid_type"] == "RoCE v2" and q["sgid_index"] == a1["gid_index"] is not None, (a1, q)
+    assert (q["tclass"], q["hop_limit"]) == (p["tclass"], p["hop_limit"]) and p["link_local"] is False, (p, q)
+    assert a1["sgid"] == "::ffff:" + local_address() and a1["dgid"] == "::ffff:" + peer.address, a1
     assert j["summary"] == dict(j["summary"], sent=2, established=2, failed=0)
     code, out, err = server.wait(30)
     show("peer: " + " ".join(server.argv), code, out, err)

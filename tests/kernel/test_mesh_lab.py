@@ -16,6 +16,7 @@ from typing import List, Tuple
 import pytest
 
 from pyrdmacm import cli
+from pyrdmacm.devices import roce_path_mtu
 
 pytestmark = pytest.mark.kernel(topology="pair", suites=("bullseye", "sid"))
 
@@ -26,6 +27,11 @@ NOBODY = "10.9.0.77"  # on the segment, answered by nobody's ARP
 def _here() -> str:
     with open(os.environ["PYRDMACM_LAB_TOPOLOGY"]) as f:
         return json.load(f)["netdevs"]["eth0"]["ipv4"].split("/")[0]
+
+
+def _netdev_mtu(name: str) -> int:
+    with open("/sys/class/net/%s/mtu" % name) as f:
+        return int(f.read())
 
 
 def mesh(*args: str) -> Tuple[int, str, str]:
@@ -50,6 +56,12 @@ def test_the_peer_with_nobody_listening_and_an_address_nobody_has(peer, tmp_path
         assert (c["rail"], c["device"], c["port"], c["src"]) == ("eth0", "rxe0", 1, here), c
         assert c["dgid"] == gid and c["gid_type"] == "RoCE v2" and c["gid_index"] is not None, c
         assert c["ms"]["connect"] > 0 and c["why"] == []
+        # the data path: the kernel's RoCE path record has the MTU it derives from the netdev's
+        # (iboe_get_mtu), the one the port's is derived with here; no QP view without a REP
+        p = c["path"]
+        assert p["netdev_mtu"] == _netdev_mtu("eth0") and p["mtu"] == p["port_mtu"] == roce_path_mtu(
+            p["netdev_mtu"]), c
+        assert p["link_local"] is False and p["pkey"] == 0xFFFF and p["sl"] == 0 and c["qp"] == {}, c
     bad = got[NOBODY]
     assert bad["outcome"] == "addr-error" and bad["status"] == -110 and not bad["ok"], bad
     assert any("neighbour" in w for w in bad["why"]), bad["why"]  # the pre-check names the next hop
@@ -70,6 +82,19 @@ def test_an_identifying_listener_on_the_peer_and_the_merge_of_both_guests_runs(p
         assert c["outcome"] == "established" and c["agent"] == {"host": peer.host, "rail": "eth0",
                                                                 "addr": peer.address}, c
         assert set(c["ms"]) == {"addr", "route", "connect", "disconnect"}
+        # what the kernel gives the QP at RTR and RTS agrees with this end's path view: the
+        # source GID index the GID table names for the route's GID (RoCE v2 first, the
+        # kernel's default), the path record's MTU, traffic class and hop limit
+        q, p = c["qp"], c["path"]
+        assert (q["sgid_index"], q["path_mtu"], q["tclass"], q["hop_limit"]) == (
+            c["gid_index"], p["mtu"], p["tclass"], p["hop_limit"]), c
+        assert q["max_dest_rd_atomic"] >= 1 and q["retry_cnt"] == 7 and q["timeout"] > 0, c
+        # the listener's own view, from its REP: the same path from the other end (the kernel
+        # gives its request's id the REQ's path), two guests alike: no mismatch
+        t = c["there"]
+        assert (t["gid_type"], t["mtu"], t["qp_path_mtu"], t["link_local"]) == ("RoCE v2", p["mtu"], p["mtu"],
+                                                                               False), c
+        assert t["port_mtu"] == p["port_mtu"] and t["pkey"] == 0xFFFF and c["mismatches"] == [], c
         here = tmp_path / "here.json"
         here.write_text(out)
     finally:

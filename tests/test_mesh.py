@@ -369,3 +369,27 @@ def test_control_characters_in_names_reach_neither_the_terminal_nor_the_svg(caps
     assert "node\\x1b[31m-7\\x00/eth0" in out and "10.1.0.2\\x07" in out and "eth0\\udcff" in out
     ET.fromstring(svg_path.read_text())  # well-formed
     assert "node\\x1b[31m-7\\x00/eth0" in svg_path.read_text()
+
+
+def test_a_listener_whose_view_of_the_path_differs_is_a_finding_not_a_failure(capsys, on_b, fabric):
+    """An identifying listener that tells a RoCE v1 GID and a 4096 MTU: the cell is
+    established (the CM path works) and carries the listener's view and each mismatch; the
+    table lists them after the failures, in a section of their own."""
+    close = _listener(on_b[0], identity("node-a", "eth0", A, ("gi=0", "gt=v1", "ll=0", "mtu=4096", "pm=4096",
+                                                              "tc=0", "sl=0", "pk=ffff", "qm=4096", "qg=0")))
+    try:
+        code, out, err = run(capsys, "mesh", A, "--json")
+        (cell,) = _cells(out)
+        code2, text, _ = run(capsys, "mesh", A)
+    finally:
+        close()
+    assert code == code2 == 0 and cell["outcome"] == "established" and cell["ok"], err
+    assert cell["agent"] == {"host": "node-a", "rail": "eth0", "addr": A}
+    assert cell["there"]["gid_type"] == "RoCE v1" and cell["there"]["qp_path_mtu"] == 4096
+    assert cell["mismatches"] == ["GID type RoCE v2 here, RoCE v1 there", "path MTU 1024 here, 4096 there",
+                                  "the QP's path MTU 1024 here, 4096 there"]  # port MTUs agree: 4096 (netdev 9000)
+    lines = text.splitlines()
+    k = lines.index("1 cell whose two ends do not agree on the data path:")
+    assert lines[k + 1:k + 5] == ["eth0 -> 10.9.0.1 (10.9.0.1):", "    GID type RoCE v2 here, RoCE v1 there",
+                                  "    path MTU 1024 here, 4096 there", "    the QP's path MTU 1024 here, 4096 there"]
+    assert "1 cells: 1 reach the far CM, 0 do not" in text

@@ -393,3 +393,39 @@ def test_a_listener_whose_view_of_the_path_differs_is_a_finding_not_a_failure(ca
     assert lines[k + 1:k + 5] == ["eth0 -> 10.9.0.1 (10.9.0.1):", "    GID type RoCE v2 here, RoCE v1 there",
                                   "    path MTU 1024 here, 4096 there", "    the QP's path MTU 1024 here, 4096 there"]
     assert "1 cells: 1 reach the far CM, 0 do not" in text
+
+
+def test_merge_compares_each_pair_of_rails_both_ways(capsys, tmp_path):
+    """Two hosts' own runs, no agent: x's cell to y and y's cell to x are the two ends of one
+    path; where their views differ (a RoCE v1 GID and a 4096 MTU at y) the merge names each
+    difference once per pair, as a finding of its own (no cell failed: exit 0), in the
+    table, the JSON Lines and the Prometheus text."""
+    X, Y, Z = "10.1.0.1", "10.1.0.2", "10.1.0.3"
+    path = {"mtu": 1024, "port_mtu": 1024, "netdev_mtu": 1500, "link_local": False, "tclass": 0, "sl": 0,
+            "hop_limit": 64, "flow_label": 0, "pkey": 0xFFFF}
+    x = [Cell(host="x", rail="eth1", target=t, dst=t, src=X, outcome="no-listener", status=8, gid_index=1,
+              gid_type="RoCE v2", path=dict(path)) for t in (Y, Z)]
+    y = [Cell(host="y", rail="eth1", target=X, dst=X, src=Y, outcome="no-listener", status=8, gid_index=3,
+              gid_type="RoCE v1", path=dict(path, mtu=4096, port_mtu=4096, netdev_mtu=9000))]
+    z = [Cell(host="z", rail="eth1", target=X, dst=X, src=Z, outcome="no-listener", status=8, gid_index=1,
+              gid_type="RoCE v2", path=dict(path))]  # the same view as x's: no finding
+    files = [_run_file(tmp_path / n, n, cells, [c.target for c in cells]) for n, cells in (("x", x), ("y", y),
+                                                                                           ("z", z))]
+    code, out, err = run(capsys, "mesh", "--merge", *files, "--json")
+    assert code == 0, err
+    records = [json.loads(line) for line in out.splitlines()]
+    found = [r["asymmetry"] for r in records if "asymmetry" in r]
+    assert found == [{"a": "x/eth1", "b": "y/eth1", "a_addr": X, "b_addr": Y, "mismatches": [
+        "GID type RoCE v2 at x/eth1, RoCE v1 at y/eth1", "path MTU 1024 at x/eth1, 4096 at y/eth1",
+        "port MTU 1024 at x/eth1, 4096 at y/eth1"]}]
+    assert records[-1]["summary"]["asymmetries"] == 1 and records[-1]["summary"]["failed"] == 0
+    prom = tmp_path / "m.prom"
+    code, out, err = run(capsys, "mesh", "--merge", *files, "--prometheus", str(prom))
+    assert code == 0, err
+    lines = out.splitlines()
+    k = lines.index("1 pair of rails whose two ends see the data path differently:")
+    assert lines[k + 1:] == ["x/eth1 (10.1.0.1) <-> y/eth1 (10.1.0.2):",
+                             "    GID type RoCE v2 at x/eth1, RoCE v1 at y/eth1",
+                             "    path MTU 1024 at x/eth1, 4096 at y/eth1", "    port MTU 1024 at x/eth1, 4096 at y/eth1"]
+    assert ('pyrdmacm_mesh_path_mismatches{a="x/eth1",b="y/eth1",a_addr="10.1.0.1",b_addr="10.1.0.2"} 3'
+            in prom.read_text().splitlines())

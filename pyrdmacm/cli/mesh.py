@@ -59,7 +59,8 @@ def _outputs(args: argparse.Namespace, m: Any, code: int, started: float) -> int
     ok = sum(1 for c in cells if c.ok)
     if args.json:
         json_line({"summary": {"cells": len(cells), "ok": ok, "failed": len(cells) - ok,
-                               "refused": len(m.refused), "rows": ["%s/%s" % r for r in m.rows],
+                               "refused": len(m.refused), "asymmetries": len(m.asymmetries),
+                               "rows": ["%s/%s" % r for r in m.rows],
                                "targets": m.columns,
                                "seconds": round(time.monotonic() - started, 3)}, "exit": code})
     else:
@@ -82,6 +83,8 @@ def _merge(args: argparse.Namespace) -> int:
     if args.json:
         for c in m.cells.values():
             json_line({"cell": c.to_json()})
+        for a in m.asymmetries:  # findings of their own: no cell failed for them
+            json_line({"asymmetry": a})
     code = EXIT_USAGE if m.refused else EXIT_OK if not m.failed else EXIT_EVENT
     return _outputs(args, m, code, started)
 

@@ -120,6 +120,13 @@ class Cell:
         """The CM path from the rail to the target works (established, or rejected by the far CM)."""
         return OUTCOMES[self.outcome][0]
 
+    def view(self) -> Dict[str, Any]:
+        """This end's view of the data path in the keys a far end's is told in
+        (:func:`pyrdmacm.mesh.path.flat_view`), to compare the two."""
+        from .path import flat_view
+
+        return flat_view({"gid_index": self.gid_index, "gid_type": self.gid_type, "path": self.path}, self.qp)
+
     def to_json(self) -> Dict[str, Any]:
         """The cell as a JSON object (its lists and dicts shared, not copied: asdict's deep
         copy was a tenth of a 1,000-cell run's time)."""

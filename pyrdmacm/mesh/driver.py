@@ -22,7 +22,7 @@ from ..abi import CmEventType as E
 from ..errors import RdmaCmError
 from ..state import Call
 from .cells import Cell, parse_identity
-from .path import flat_view, mismatches, qp_view, view_of_words, where
+from .path import mismatches, qp_view, view_of_words, where
 
 #: how often the run looks for steps past their deadline (s)
 TICK = 0.05
@@ -236,8 +236,7 @@ class CellRun(Waiter):
             cell.agent = {k: who[k] for k in ("host", "rail", "addr") if k in who}
             cell.there = view_of_words(who)
             if cell.path:
-                cell.mismatches = mismatches(flat_view({"gid_index": cell.gid_index, "gid_type": cell.gid_type,
-                                                        "path": cell.path}, cell.qp), cell.there)
+                cell.mismatches = mismatches(cell.view(), cell.there)
             if who.get("addr") not in (None, (cell.dst or "").split("%")[0]):
                 cell.outcome = "wrong-host"
                 cell.detail = "answered by %s (rail %s, address %s), not %s" % (

@@ -19,6 +19,9 @@ class Matrix:
     columns: List[str] = field(default_factory=list)
     cells: Dict[Tuple[str, str, str], Cell] = field(default_factory=dict)
     refused: List[str] = field(default_factory=list)
+    #: pairs of rails whose cells each way (A -> B in A's run, B -> A in B's) see the data
+    #: path differently (:func:`asymmetries`): ``{"a", "b", "a_addr", "b_addr", "mismatches"}``
+    asymmetries: List[Dict[str, Any]] = field(default_factory=list)
 
     def add(self, cell: Cell) -> None:
         """Put ``cell`` in its place (a later run of the same cell replaces an earlier one)."""
@@ -130,7 +133,29 @@ def merge(paths: Iterable[str]) -> Matrix:
     m.rows = [r for r in m.rows if r in rows]  # a summary's row or target with no cell: none
     m.columns = [t for t in m.columns if t in columns]
     explain(m)
+    m.asymmetries = asymmetries(m)
     return m
+
+
+def asymmetries(m: Matrix) -> List[Dict[str, Any]]:
+    """Each pair of rails that checked each other (A's cell to B's address, B's cell to A's)
+    whose two views of the data path differ: the two ends of one path, from the two hosts'
+    own runs, no agent needed.  A pair is named once, its rows in the matrix's order."""
+    from .path import mismatches
+
+    by_way = {((c.src or "").split("%")[0], (c.dst or "").split("%")[0]): c for c in m.cells.values() if c.path}
+    order = {row: k for k, row in enumerate(m.rows)}
+    out = []
+    for (src, dst), a in by_way.items():
+        b = by_way.get((dst, src))
+        if b is None or (order[(a.host, a.rail)], src) >= (order[(b.host, b.rail)], dst):
+            continue  # no run the other way, or the pair is taken from its other cell
+        names = ("at %s/%s" % (a.host, a.rail), "at %s/%s" % (b.host, b.rail))
+        found = mismatches(a.view(), b.view(), names)
+        if found:
+            out.append({"a": "%s/%s" % (a.host, a.rail), "b": "%s/%s" % (b.host, b.rail), "a_addr": src,
+                        "b_addr": dst, "mismatches": found})
+    return out
 
 
 def explain(m: Matrix) -> None:

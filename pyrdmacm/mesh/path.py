@@ -177,17 +177,18 @@ def flat_view(w: Dict[str, Any], qp: Dict[str, Any]) -> Dict[str, Any]:
     return view_of_words(dict(word.split("=", 1) for word in view_words(w, qp)))
 
 
-def mismatches(here: Dict[str, Any], there: Dict[str, Any]) -> List[str]:
+def mismatches(here: Dict[str, Any], there: Dict[str, Any], names: Tuple[str, str] = ("here", "there")
+               ) -> List[str]:
     """What differs between two ends' views (:func:`flat_view` / :func:`view_of_words`),
-    each in words (``path MTU 1024 here, 4096 there``), and what is wrong at one end alone (a
-    link-local source GID, a QP path MTU above the port's): the causes a connection that the
-    CM made then fails on, late, with retry-exceeded errors."""
+    each in words (``path MTU 1024 here, 4096 there``; ``names`` say where each end is), and
+    what is wrong at one end alone (a link-local source GID, a QP path MTU above the port's):
+    the causes a connection that the CM made then fails on, late, with retry-exceeded errors."""
     out = []
 
     def both(key: str, what: str) -> None:
         a, b = here.get(key), there.get(key)
         if a is not None and b is not None and a != b:
-            out.append("%s %s here, %s there" % (what, a, b))
+            out.append("%s %s %s, %s %s" % (what, a, names[0], b, names[1]))
 
     both("gid_type", "GID type")
     both("mtu", "path MTU")
@@ -196,7 +197,7 @@ def mismatches(here: Dict[str, Any], there: Dict[str, Any]) -> List[str]:
     both("tclass", "traffic class")
     both("sl", "SL")
     both("pkey", "pkey")
-    for end, v in (("here", here), ("there", there)):
+    for end, v in zip(names, (here, there)):
         if v.get("link_local"):
             out.append("the source GID is link-local %s (index %s): it routes nowhere past the link"
                        % (end, v.get("gid_index", "?")))

@@ -64,7 +64,8 @@ def legend() -> List[str]:
 def table(m: Matrix, *, explain: bool = True) -> str:
     """The matrix as text: a row per rail, a column per target; then each failed cell with
     its status, where it went and the pre-check's explanation; then each cell whose two ends'
-    views of the data path differ (an identifying listener's), with what differs."""
+    views of the data path differ (an identifying listener's), with what differs; then each
+    pair of rails whose runs each way see it differently (a merge's asymmetries)."""
     names = [_row_name(m, r) for r in m.rows]
     first = max([len("rail")] + [len(n) for n in names])
     columns = [clean(c) for c in m.columns]
@@ -96,6 +97,13 @@ def table(m: Matrix, *, explain: bool = True) -> str:
         for c in found:
             lines.append(clean("%s -> %s (%s):" % (_row_name(m, (c.host, c.rail)), c.target, c.dst or "?")))
             lines += ["    " + clean(w) for w in c.mismatches]
+    if m.asymmetries and explain:  # the two ends of one path, each from its own host's run
+        lines.append("")
+        n = len(m.asymmetries)
+        lines.append("%d pair%s of rails whose two ends see the data path differently:" % (n, "s" if n != 1 else ""))
+        for a in m.asymmetries:
+            lines.append(clean("%s (%s) <-> %s (%s):" % (a["a"], a["a_addr"], a["b"], a["b_addr"])))
+            lines += ["    " + clean(w) for w in a["mismatches"]]
     return "\n".join(lines) + "\n"
 
 
@@ -150,7 +158,8 @@ def _label(value: object) -> str:
 
 def prometheus(m: Matrix, now: Optional[float] = None) -> str:
     """The matrix in Prometheus' text format: per cell a gauge of whether the CM path works
-    and, for cells that reached the far CM, the handshake's time."""
+    and, for cells that reached the far CM, the handshake's time; per pair of rails whose
+    ends see the data path differently (a merge's), how many settings differ."""
     def labels(c: Cell) -> str:
         return 'host="%s",rail="%s",target="%s",dst="%s",outcome="%s"' % tuple(
             _label(v) for v in (c.host, c.rail, c.target, c.dst or "", c.outcome))
@@ -164,6 +173,12 @@ def prometheus(m: Matrix, now: Optional[float] = None) -> str:
               "far CM.", "# TYPE pyrdmacm_mesh_handshake_seconds gauge"]
     lines += ["pyrdmacm_mesh_handshake_seconds{%s} %g" % (labels(c), c.ms["connect"] / 1000.0)
               for c in cells if c.ok and "connect" in c.ms]
+    lines += ["# HELP pyrdmacm_mesh_path_mismatches How many settings of the data path the two ends of a pair of "
+              "rails see differently (from each host's own run; 0 lines: none).",
+              "# TYPE pyrdmacm_mesh_path_mismatches gauge"]
+    lines += ['pyrdmacm_mesh_path_mismatches{a="%s",b="%s",a_addr="%s",b_addr="%s"} %d' % (
+        _label(a["a"]), _label(a["b"]), _label(a["a_addr"]), _label(a["b_addr"]), len(a["mismatches"]))
+        for a in m.asymmetries]
     lines += ["# HELP pyrdmacm_mesh_last_run_timestamp_seconds When this check ran.",
               "# TYPE pyrdmacm_mesh_last_run_timestamp_seconds gauge",
               "pyrdmacm_mesh_last_run_timestamp_seconds %.3f" % (time.time() if now is None else now)]

@@ -10,6 +10,7 @@ import contextlib
 import io
 import json
 import os
+import subprocess
 import sys
 from typing import List, Tuple
 
@@ -114,3 +115,47 @@ def test_an_identifying_listener_on_the_peer_and_the_merge_of_both_guests_runs(p
     assert out.splitlines()[0].split() == ["rail", peer.address, _here(), NOBODY]
     assert [line.split()[0] for line in out.splitlines()[1:3]] == ["%s/eth0" % os.uname().nodename,
                                                                   "%s/eth0" % peer.host]
+
+
+def test_an_mtu_that_differs_between_the_ends_is_found_from_both_sides(peer, tmp_path):
+    """The peer's rail at MTU 9000 (rxe's active MTU follows its netdev's: 4096), this one at
+    1500 (1024): the CM path works both ways, and the data path's MTU does not agree. The
+    peer's check of this host, answered by an identifying listener here, names the QP path
+    MTU the REQ gives this end (4096) above this port's (1024): what fails late with
+    retry-exceeded errors. The merge of both hosts' own runs names the asymmetry, no agent
+    needed."""
+    here = _here()
+    rc, out, err = peer.run(["ip", "link", "set", "eth0", "mtu", "9000"])
+    assert rc == 0, err
+    listener = subprocess.Popen([*PYRDMACM, "listen", "7471", "--identify", "--count", "1", "--json"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert listener.stdout is not None and '"LISTENING"' in listener.stdout.readline()
+        rc, theirs, err = peer.run([*PYRDMACM, "mesh", here, "--timeout", "10000", "--json"], timeout=240)
+        print("--- peer: pyrdmacm mesh %s --json: exit %s\n%s%s" % (here, rc, theirs, err))
+        assert rc == 0, err
+        (c,) = cells(theirs)
+        assert c["outcome"] == "established" and (c["path"]["mtu"], c["path"]["port_mtu"]) == (4096, 4096), c
+        t = c["there"]  # this host's view, from its REP
+        assert (t["port_mtu"], t["qp_path_mtu"]) == (roce_path_mtu(_netdev_mtu("eth0")), 4096), c
+        assert "port MTU 4096 here, 1024 there" in c["mismatches"], c
+        assert "the QP's path MTU 4096 is larger than the port's 1024 there: its full-size packets are dropped" \
+            in c["mismatches"], c
+        listener.wait(30)
+        code, mine, err = mesh(peer.address, "--timeout", "10000", "--json")
+        assert code == 0, err
+        (a, b) = tmp_path / "here.json", tmp_path / "peer.json"
+        a.write_text(mine)
+        b.write_text(theirs)
+        code, out, err = mesh("--merge", str(a), str(b), "--json")
+        assert code == 0, err
+        found = [json.loads(line)["asymmetry"] for line in out.splitlines() if '"asymmetry"' in line]
+        me, them = "%s/eth0" % os.uname().nodename, "%s/eth0" % peer.host
+        assert [(f["a"], f["b"]) for f in found] == [(me, them)], found
+        assert "path MTU 1024 at %s, 4096 at %s" % (me, them) in found[0]["mismatches"], found
+        assert "port MTU 1024 at %s, 4096 at %s" % (me, them) in found[0]["mismatches"], found
+    finally:
+        if listener.poll() is None:
+            listener.kill()
+            listener.wait()
+        peer.run(["ip", "link", "set", "eth0", "mtu", "1500"])

@@ -106,6 +106,8 @@ def test_no_listener_is_reason_8_and_proves_the_path(capsys, on_b):
     assert cell["qp"] == {}
     summary = json.loads(out.splitlines()[-1])
     assert summary["exit"] == 0 and summary["summary"]["cells"] == 1 and summary["summary"]["failed"] == 0
+    code, out, err = run(capsys, "mesh", A, "--verdicts")  # a live run: this host's verdict
+    assert code == 0 and out.split() == [cell["host"], "healthy"], out + err
 
 
 def test_a_step_with_no_answer_times_out_and_the_run_goes_on(capsys, on_b, monkeypatch):
@@ -429,3 +431,49 @@ def test_merge_compares_each_pair_of_rails_both_ways(capsys, tmp_path):
                              "    path MTU 1024 at x/eth1, 4096 at y/eth1", "    port MTU 1024 at x/eth1, 4096 at y/eth1"]
     assert ('pyrdmacm_mesh_path_mismatches{a="x/eth1",b="y/eth1",a_addr="10.1.0.1",b_addr="10.1.0.2"} 3'
             in prom.read_text().splitlines())
+
+
+def test_verdicts_a_line_per_host_with_the_likely_culprit_ranked(capsys, tmp_path):
+    """x's rail reaches nobody (rank 1: the NIC or host; and x's address fails from every
+    rail that tried it: rank 2, the far end, x again); y's one failed cell (rank 3: the path
+    between); y and z see the path's MTU differently (rank 4: configuration). A verdict per
+    host, text, JSON and Prometheus; exit 1 as a host is not healthy."""
+    X, Y, Z, W = "10.1.0.1", "10.1.0.2", "10.1.0.3", "10.1.0.4"
+    path = {"mtu": 1024, "port_mtu": 1024, "netdev_mtu": 1500, "link_local": False, "tclass": 0, "sl": 0,
+            "hop_limit": 64, "flow_label": 0, "pkey": 0xFFFF}
+
+    def c(host, src, t, outcome="no-listener", **kw):
+        return Cell(host=host, rail="eth1", target=t, dst=t, src=src, outcome=outcome, gid_index=1,
+                    gid_type="RoCE v2", path=dict(path, **kw) if outcome == "no-listener" else {},
+                    detail="ENODEV" if outcome == "refused" else None)
+
+    runs = {"x": [c("x", X, t, "refused") for t in (Y, Z, W)],
+            "y": [c("y", Y, X, "timeout"), c("y", Y, Z), c("y", Y, W, "timeout")],
+            "z": [c("z", Z, X, "timeout"), c("z", Z, Y, mtu=4096), c("z", Z, W)]}
+    files = [_run_file(tmp_path / h, h, cells, [d.target for d in cells]) for h, cells in runs.items()]
+    code, out, err = run(capsys, "mesh", "--merge", *files, "--verdicts")
+    assert code == 1, err
+    assert out.splitlines() == [
+        "x     rail eth1 reaches none of its 3 targets (refused (ENODEV)) -- likely the NIC or the host (+1 more)",
+        "y     y/eth1 -> 10.1.0.4: timeout -- likely the path between (+1 more)",
+        "z     y/eth1 <-> z/eth1: path MTU 1024 at y/eth1, 4096 at z/eth1 -- likely the configuration of the two "
+        "ends"]
+    code, out, err = run(capsys, "mesh", "--merge", *files, "--verdicts", "--json")
+    vs = {r["verdict"]["host"]: r["verdict"] for r in map(json.loads, out.splitlines()) if "verdict" in r}
+    assert [f["kind"] for f in vs["x"]["findings"]] == ["rail", "far-end"]
+    assert vs["x"]["findings"][1]["what"] == "10.1.0.1 (rail eth1) fails from all 2 rails that tried it (timeout)"
+    assert [f["kind"] for f in vs["y"]["findings"]] == ["path", "config"] and not vs["y"]["healthy"]
+    assert json.loads(out.splitlines()[-1])["summary"]["unhealthy"] == 3 and code == 1
+    prom = tmp_path / "m.prom"
+    run(capsys, "mesh", "--merge", *files, "--prometheus", str(prom))
+    text = prom.read_text().splitlines()
+    assert 'pyrdmacm_mesh_host_healthy{host="x"} 0' in text and 'pyrdmacm_mesh_host_healthy{host="z"} 0' in text
+    assert 'pyrdmacm_mesh_host_findings{host="x",kind="far-end"} 1' in text
+    assert 'pyrdmacm_mesh_host_findings{host="y",kind="path"} 1' in text
+    # y's run alone: its two failed targets have no run of their own, and each fails from the
+    # one rail that tried it: the far ends, named by address; y itself is healthy
+    code, out, _ = run(capsys, "mesh", "--merge", files[1], "--verdicts")
+    assert code == 1 and out.splitlines() == [
+        "y         healthy",
+        "10.1.0.1  10.1.0.1 fails from the one rail that tried it (timeout) -- likely the far end",
+        "10.1.0.4  10.1.0.4 fails from the one rail that tried it (timeout) -- likely the far end"]

@@ -335,6 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
     _files(ms.add_argument("--merge", nargs="+", metavar="FILE", help="join saved --json runs (one per host) into one "
                                                                "matrix instead of checking"))
     ms.add_argument("--brief", action="store_true", help="the table alone, without each failure's explanation")
+    ms.add_argument("--verdicts", action="store_true", help="a line per host instead of the table: healthy, or what "
+                                                           "is wrong and the likely culprit (exit 1 when a host is "
+                                                           "not healthy)")
     ms.set_defaults(func=_command("mesh", "cmd_mesh"))
 
     mc = _subcommand(sub, "mcast", "join a multicast group as mckey does, without a QP: show the group's address "

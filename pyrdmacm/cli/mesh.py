@@ -57,12 +57,26 @@ def _outputs(args: argparse.Namespace, m: Any, code: int, started: float) -> int
         code = EXIT_OUTPUT
     cells = list(m.cells.values())
     ok = sum(1 for c in cells if c.ok)
+    vs = None
+    if args.verdicts:
+        from ..mesh.verdicts import verdicts
+
+        vs = verdicts(m)
+        if code in (EXIT_OK, EXIT_EVENT):  # a host that is not healthy fails the check
+            code = EXIT_EVENT if any(not v["healthy"] for v in vs) else EXIT_OK
     if args.json:
-        json_line({"summary": {"cells": len(cells), "ok": ok, "failed": len(cells) - ok,
-                               "refused": len(m.refused), "asymmetries": len(m.asymmetries),
-                               "rows": ["%s/%s" % r for r in m.rows],
-                               "targets": m.columns,
-                               "seconds": round(time.monotonic() - started, 3)}, "exit": code})
+        for v in vs or ():
+            json_line({"verdict": v})
+        summary = {"cells": len(cells), "ok": ok, "failed": len(cells) - ok, "refused": len(m.refused),
+                   "asymmetries": len(m.asymmetries), "rows": ["%s/%s" % r for r in m.rows], "targets": m.columns,
+                   "seconds": round(time.monotonic() - started, 3)}
+        if vs is not None:
+            summary["unhealthy"] = sum(1 for v in vs if not v["healthy"])
+        json_line({"summary": summary, "exit": code})
+    elif vs is not None:
+        from ..mesh.verdicts import verdict_lines
+
+        sys.stdout.write("\n".join(verdict_lines(vs)) + "\n")
     else:
         from ..mesh import render  # not for JSON: the SVG's escaping brings in urllib (a tenth of a second)
 

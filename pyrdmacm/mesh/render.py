@@ -179,6 +179,18 @@ def prometheus(m: Matrix, now: Optional[float] = None) -> str:
     lines += ['pyrdmacm_mesh_path_mismatches{a="%s",b="%s",a_addr="%s",b_addr="%s"} %d' % (
         _label(a["a"]), _label(a["b"]), _label(a["a_addr"]), _label(a["b_addr"]), len(a["mismatches"]))
         for a in m.asymmetries]
+    from .verdicts import KINDS, verdicts
+
+    vs = verdicts(m)
+    lines += ["# HELP pyrdmacm_mesh_host_healthy 1 when nothing is wrong with the host in this matrix (see "
+              "`pyrdmacm mesh --verdicts`), else 0.", "# TYPE pyrdmacm_mesh_host_healthy gauge"]
+    lines += ['pyrdmacm_mesh_host_healthy{host="%s"} %d' % (_label(v["host"]), v["healthy"]) for v in vs]
+    lines += ["# HELP pyrdmacm_mesh_host_findings What is wrong with the host, by the likely culprit's kind (rail: "
+              "the NIC or host; far-end; path: between two hosts; config: the two ends disagree).",
+              "# TYPE pyrdmacm_mesh_host_findings gauge"]
+    lines += ['pyrdmacm_mesh_host_findings{host="%s",kind="%s"} %d' % (
+        _label(v["host"]), kind, sum(1 for f in v["findings"] if f["kind"] == kind)) for v in vs for kind in KINDS
+        if any(f["kind"] == kind for f in v["findings"])]
     lines += ["# HELP pyrdmacm_mesh_last_run_timestamp_seconds When this check ran.",
               "# TYPE pyrdmacm_mesh_last_run_timestamp_seconds gauge",
               "pyrdmacm_mesh_last_run_timestamp_seconds %.3f" % (time.time() if now is None else now)]

@@ -111,6 +111,12 @@ def test_an_identifying_listener_on_the_peer_and_the_merge_of_both_guests_runs(p
     assert merged == {(os.uname().nodename, peer.address): "established", (peer.host, _here()): "no-listener",
                       (peer.host, NOBODY): "addr-error"}, merged
     assert code == 1 and json.loads(out.splitlines()[-1])["summary"]["failed"] == 1
+    # the verdicts: both guests healthy (the same path settings both ways), the address
+    # nobody has is the far end
+    code, out, _ = mesh("--merge", str(here), str(there), "--verdicts")
+    assert code == 1 and [line.split()[:2] for line in out.splitlines()] == [
+        [os.uname().nodename, "healthy"], [peer.host, "healthy"], [NOBODY, NOBODY]], out
+    assert out.splitlines()[2].endswith("fails from the one rail that tried it (addr-error (ETIMEDOUT)) -- likely the far end")
     code, out, _ = mesh("--merge", str(here), str(there))
     assert out.splitlines()[0].split() == ["rail", peer.address, _here(), NOBODY]
     assert [line.split()[0] for line in out.splitlines()[1:3]] == ["%s/eth0" % os.uname().nodename,
@@ -154,6 +160,11 @@ def test_an_mtu_that_differs_between_the_ends_is_found_from_both_sides(peer, tmp
         assert [(f["a"], f["b"]) for f in found] == [(me, them)], found
         assert "path MTU 1024 at %s, 4096 at %s" % (me, them) in found[0]["mismatches"], found
         assert "port MTU 1024 at %s, 4096 at %s" % (me, them) in found[0]["mismatches"], found
+        code, out, err = mesh("--merge", str(a), str(b), "--verdicts")
+        assert code == 1 and [line.split()[0] for line in out.splitlines()] == [os.uname().nodename, peer.host], out
+        for line in out.splitlines():  # the asymmetry first: it names both hosts
+            assert line.split(None, 1)[1].startswith("%s <-> %s: path MTU 1024 at %s, 4096 at %s" % (
+                me, them, me, them)) and line.endswith("likely the configuration of the two ends (+1 more)"), out
     finally:
         if listener.poll() is None:
             listener.kill()

@@ -2,38 +2,36 @@
 
 Theory of operation
 -------------------
-The kernel describes its RDMA devices in two places, and neither needs
-libibverbs or a ``/dev/infiniband/uverbs*`` node:
+The kernel describes its RDMA devices in two places, and neither needs libibverbs or a
+``/dev/infiniband/uverbs*`` node:
 
-* RDMA netlink (``rdma dev`` / ``rdma link``, see :mod:`pyrdmacm.netlink`):
-  the stable **device index** (the identity the kernel's ``QUERY`` answers
-  carry since 5.8 as ``ibdev_index``), node GUID, node type, protocol, port
-  state, LID and the port's netdev.  Preferred whenever it answers.
-* sysfs ``/sys/class/infiniband/<dev>/``: ``node_guid``, ``node_type`` and per
-  port ``state``, ``phys_state``, ``link_layer``, ``lid``, the GID table
-  ``gids/<i>`` with ``gid_attrs/types/<i>`` and ``gid_attrs/ndevs/<i>``; no
-  device index, and no ``active_mtu`` (read if a driver ever provides one).
-  sysfs is the fallback for everything, and the only source of **GIDs**: NLDEV
-  has no GID table dump.
+* RDMA netlink (``rdma dev`` / ``rdma link``, see :mod:`pyrdmacm.netlink`): the stable
+  **device index** (the identity the kernel's ``QUERY`` answers carry since 5.8 as
+  ``ibdev_index``), node GUID, node type, protocol, port state, LID and the port's netdev.
+  Preferred whenever it answers.
+* sysfs ``/sys/class/infiniband/<dev>/``: ``node_guid``, ``node_type`` and per port
+  ``state``, ``phys_state``, ``link_layer``, ``lid``, the GID table ``gids/<i>`` with
+  ``gid_attrs/types/<i>`` and ``gid_attrs/ndevs/<i>``; no device index, and no
+  ``active_mtu`` (read if a driver ever provides one). sysfs is the fallback for everything,
+  and the only source of **GIDs**: NLDEV has no GID table dump.
 
-:func:`list_devices` reads both and merges them by device name; devices come
-in index order (the order the kernel's rdma_cm walks them in), sysfs-only
-devices after, by name.  ``sysfs_root`` is a parameter so that tests can use a
-fake tree.
+:func:`list_devices` reads both and merges them by device name; devices come in index order
+(the order the kernel's rdma_cm walks them in), sysfs-only devices after, by name.
+``sysfs_root`` is a parameter so that tests can use a fake tree.
 
 Byte orders and formats:
 
-* ``node_guid`` in sysfs is text, four big-endian 16-bit groups
-  ``"xxxx:xxxx:xxxx:xxxx"``; NLDEV sends it as a host-order u64 holding the same
-  number (the kernel converts the __be64 with ``be64_to_cpu``).  Both give the
-  same :class:`int` here.  (The rdma_cm ``QUERY``/``QUERY_ROUTE`` responses carry
-  it raw as __be64: decode those 8 bytes big-endian to compare.)
-* GIDs in sysfs are eight big-endian 16-bit groups (``%pI6``); unused entries
-  read as all zeros, and their ``types``/``ndevs`` files fail to read.
+* ``node_guid`` in sysfs is text, four big-endian 16-bit groups ``"xxxx:xxxx:xxxx:xxxx"``;
+  NLDEV sends it as a host-order u64 holding the same number (the kernel converts the __be64
+  with ``be64_to_cpu``). Both give the same :class:`int` here. (The rdma_cm
+  ``QUERY``/``QUERY_ROUTE`` responses carry it raw as __be64: decode those 8 bytes
+  big-endian to compare.)
+* GIDs in sysfs are eight big-endian 16-bit groups (``%pI6``); unused entries read as all
+  zeros, and their ``types``/``ndevs`` files fail to read.
 * A RoCE GID *is* an IP address: IPv4 ``a.b.c.d`` appears as the IPv4-mapped
-  ``::ffff:a.b.c.d``; IPv6 addresses (the default GID is the netdev's fe80::
-  EUI-64 address) appear as themselves.  An IPoIB netdev's 20-byte hardware
-  address is 4 bytes of flags/QPN followed by its port's 16-byte GID.
+  ``::ffff:a.b.c.d``; IPv6 addresses (the default GID is the netdev's fe80:: EUI-64 address)
+  appear as themselves. An IPoIB netdev's 20-byte hardware address is 4 bytes of flags/QPN
+  followed by its port's 16-byte GID.
 """
 
 from __future__ import annotations
@@ -45,6 +43,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Type, TypeVar, Union
 
+from .abi.configfs import CONFIGFS, port_defaults
 from .abi.named import NamedIntEnum
 from .errors import KernelError
 
@@ -159,6 +158,10 @@ class Port:
     lid: Optional[int] = None
     netdev_index: Optional[int] = None  #: from netlink, only for a netdev in this netns
     netdev_mtu: Optional[int] = None  #: the netdev's MTU (sysfs class/net), when it is in this netns
+    #: rdma_cm's defaults an administrator set in configfs (:mod:`pyrdmacm.abi.configfs`):
+    #: the GID type new ids take and the TOS of routes with none; None: the kernel's own
+    roce_mode: Optional[GidType] = None
+    roce_tos: Optional[int] = None
 
     @property
     def active(self) -> bool:
@@ -450,25 +453,28 @@ def _from_netlink(
     return out
 
 
-def list_devices(sysfs_root: str = "/sys", *, use_netlink: bool = True) -> List[Device]:
+def list_devices(sysfs_root: str = "/sys", *, use_netlink: bool = True, configfs_root: str = CONFIGFS) -> List[Device]:
     """Every RDMA device this process can see, with ports and GID tables.
 
     RDMA netlink is asked first (device index, states, netdevs); when it is
     refused (no RDMA netlink in this kernel: EPROTONOSUPPORT; EPERM) or
     ``use_netlink`` is false, sysfs alone answers and ``Device.index`` is None.
-    GIDs always come from ``<sysfs_root>/class/infiniband``.  An empty list
-    means no RDMA device at all (the kernel's rdma_cm would answer ENODEV).
+    GIDs always come from ``<sysfs_root>/class/infiniband``; each port's netdev
+    MTU from ``class/net``, rdma_cm's defaults from ``configfs_root``.  An empty
+    list means no RDMA device at all (the kernel's rdma_cm would answer ENODEV).
     """
-    devs = _list(sysfs_root, use_netlink)
-    return [_with_netdev_mtus(d, sysfs_root) for d in devs]
+    return [_with_host_facts(d, sysfs_root, configfs_root) for d in _list(sysfs_root, use_netlink)]
 
 
-def _with_netdev_mtus(dev: Device, sysfs_root: str) -> Device:
-    """``dev`` with each port's ``netdev_mtu`` read from ``<sysfs_root>/class/net/<netdev>/mtu``."""
+def _with_host_facts(dev: Device, sysfs_root: str, configfs_root: str) -> Device:
+    """``dev`` with each port's ``netdev_mtu`` (``class/net/<netdev>/mtu``) and rdma_cm's
+    configfs defaults."""
     ports = []
     for p in dev.ports:
         text = _read(os.path.join(sysfs_root, "class", "net", p.netdev, "mtu")) if p.netdev else None
-        ports.append(replace(p, netdev_mtu=int(text)) if text and text.isdigit() and text.isascii() else p)
+        mode, tos = port_defaults(dev.name, p.number, configfs_root)
+        ports.append(replace(p, netdev_mtu=int(text) if text and text.isdigit() and text.isascii() else None,
+                             roce_mode=GidType(mode) if mode else None, roce_tos=tos))
     return replace(dev, ports=tuple(ports))
 
 
@@ -503,12 +509,8 @@ def _devices(devices: Optional[Iterable[Device]]) -> List[Device]:
     return list(devices) if devices is not None else list_devices()
 
 
-def find_device(
-    index: Optional[int] = None,
-    node_guid: Optional[int] = None,
-    *,
-    devices: Optional[Iterable[Device]] = None,
-) -> Optional[Device]:
+def find_device(index: Optional[int] = None, node_guid: Optional[int] = None, *,
+                devices: Optional[Iterable[Device]] = None) -> Optional[Device]:
     """The device the kernel named by ``index`` (ibdev_index) and/or ``node_guid``.
 
     The index wins when known (not None and not -1, which old kernels send):
@@ -530,9 +532,8 @@ def find_device(
     return None
 
 
-def identify_device(
-    index: Optional[int], node_guid: int, sysfs_root: str = "/sys"
-) -> Tuple[Optional[str], Optional[int]]:
+def identify_device(index: Optional[int], node_guid: int,
+                    sysfs_root: str = "/sys") -> Tuple[Optional[str], Optional[int]]:
     """``(name, index)`` of the device a QUERY reply gave by kernel index (None: not given)
     or node GUID (0: none); the name is None when no device of this host matches, the index
     the one given or, when found through RDMA netlink, the device's.
@@ -567,9 +568,8 @@ def identify_device(
     return dev.name, (index if index is not None else dev.index)
 
 
-def ports_for_netdev(
-    ifname: str, *, devices: Optional[Iterable[Device]] = None
-) -> List[Tuple[Device, Port, List[Gid]]]:
+def ports_for_netdev(ifname: str, *,
+                     devices: Optional[Iterable[Device]] = None) -> List[Tuple[Device, Port, List[Gid]]]:
     """The (device, port, GIDs on ``ifname``) triples that serve netdev ``ifname``.
 
     RoCE: ports with GIDs whose netdev is ``ifname`` (the port's own netdev or

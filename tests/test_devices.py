@@ -458,3 +458,32 @@ def test_nldev_numbers_match_the_uapi_header(tmp_path: Path) -> None:
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
     got = {line.split()[0]: int(line.split()[1]) for line in out.splitlines()}
     assert got == names
+
+
+def test_rdma_cm_configfs_defaults_of_a_port(tmp_path: Path) -> None:
+    """An administrator's configfs group for rxe0 (RoCE v1, TOS 106) is each port's
+    roce_mode and roce_tos; without a group (mlx5_0), or with text the kernel never writes,
+    None: the kernel's own defaults. The GID rdma_cm takes for an address then follows the
+    port's mode, in the prediction and in the fabric check's view."""
+    from pyrdmacm.abi.configfs import port_defaults
+    from pyrdmacm.mesh.path import gid_entries
+    from pyrdmacm.precheck.gids import default_type
+
+    build_two_devices(tmp_path / "sys")
+    cfg = tmp_path / "cfg"
+    port = cfg / "rdma_cm" / "rxe0" / "ports" / "1"
+    port.mkdir(parents=True)
+    (port / "default_roce_mode").write_text("IB/RoCE v1\n")
+    (port / "default_roce_tos").write_text("106\n")
+    devs = {d.name: d for d in D.list_devices(sysfs_root=str(tmp_path / "sys"), use_netlink=False,
+                                              configfs_root=str(cfg))}
+    rxe, ib = devs["rxe0"].ports[0], devs["mlx5_0"].ports[0]
+    assert (rxe.roce_mode, rxe.roce_tos) == (D.GidType.ROCE_V1, 106) and (ib.roce_mode, ib.roce_tos) == (None, None)
+    mapped = ipaddress.IPv6Address("::ffff:10.0.2.15")
+    assert gid_entries(devs.values())[("rxe0", 1, mapped)] == (2, "RoCE v1")
+    assert default_type(rxe.gids, rxe.roce_mode) is D.GidType.ROCE_V1 and default_type(rxe.gids) is D.GidType.ROCE_V2
+    no_group = D.list_devices(sysfs_root=str(tmp_path / "sys"), use_netlink=False, configfs_root=str(tmp_path / "none"))
+    assert gid_entries(no_group)[("rxe0", 1, mapped)] == (3, "RoCE v2")  # the kernel's default: v2
+    (port / "default_roce_mode").write_text("RoCE v3\n")
+    (port / "default_roce_tos").write_text("999\n")
+    assert port_defaults("rxe0", 1, str(cfg)) == (None, None)

@@ -21,16 +21,18 @@ _LINK_LOCAL = ipaddress.IPv6Network("fe80::/10")
 
 
 def gid_entries(devs: Iterable[Any]) -> GidEntries:
-    """(device, port, GID) -> the GID table's index and type to report for it: RoCE v2 first,
-    as rdma_cm's default GID type is, then the lowest index (built once a run: a Soft-RoCE
-    port's table is 1,024 entries)."""
+    """(device, port, GID) -> the GID table's index and type to report for it: the port's
+    default GID type first (configfs ``default_roce_mode`` where set, else RoCE v2, as
+    rdma_cm's default is), then the lowest index (built once a run: a Soft-RoCE port's table
+    is 1,024 entries)."""
     out: GidEntries = {}
     for d in devs:
         for p in d.ports:
+            first = p.roce_mode.value if p.roce_mode is not None else "RoCE v2"
             for g in p.gids:
                 key, mine = (d.name, p.number, g.gid), (g.index, g.type.value)
                 have = out.get(key)
-                if have is None or (mine[1] != "RoCE v2", mine[0]) < (have[1] != "RoCE v2", have[0]):
+                if have is None or (mine[1] != first, mine[0]) < (have[1] != first, have[0]):
                     out[key] = mine
     return out
 

@@ -35,8 +35,11 @@ def gid_text(gid: Optional[ipaddress.IPv6Address]) -> str:
     return "::ffff:%s" % v4 if v4 is not None else str(gid)
 
 
-def default_type(gids: Sequence[Any]) -> GidType:
-    """The GID type rdma_cm uses on a RoCE port: v2 when the port has it."""
+def default_type(gids: Sequence[Any], mode: Optional[GidType] = None) -> GidType:
+    """The GID type rdma_cm uses on a RoCE port: the port's configfs ``default_roce_mode``
+    (``mode``) where an administrator set it, else v2 when the port has it."""
+    if mode is not None:
+        return mode
     return GidType.ROCE_V2 if any(g.type is GidType.ROCE_V2 for g in gids) else GidType.ROCE_V1
 
 
@@ -80,7 +83,7 @@ def candidates(devices: Sequence[Device], link: "Link", src: Optional[IPAddress]
             if is_ib:  # the GID inside the IPoIB hardware address, type IB, any netdev
                 want_gid, want_type, want_ndev = hw_gid, GidType.IB, None
             elif link.type == ARPHRD_ETHER:  # the source IP as a GID, default type, on this netdev
-                want_gid, want_type, want_ndev = iboe_gid, default_type(p.gids), link.name
+                want_gid, want_type, want_ndev = iboe_gid, default_type(p.gids, p.roce_mode), link.name
             else:  # RoCE port, non-Ethernet netdev (lo, tun): type "IB/RoCE v1", any netdev
                 want_gid, want_type, want_ndev = iboe_gid, GidType.ROCE_V1, None
             if want_gid is None:

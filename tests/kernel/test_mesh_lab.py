@@ -170,3 +170,39 @@ def test_an_mtu_that_differs_between_the_ends_is_found_from_both_sides(peer, tmp
             listener.kill()
             listener.wait()
         peer.run(["ip", "link", "set", "eth0", "mtu", "1500"])
+
+
+def test_the_ports_configfs_defaults_are_read_and_followed(peer):
+    """rdma_cm's configfs group for rxe0: the port's default_roce_mode reads RoCE v2 (rxe has
+    no RoCE v1: the kernel refuses it), and a default_roce_tos of 32 is what the route of an
+    id with no TOS of its own gets as its traffic class, in the path this end's cell shows."""
+    from pyrdmacm.devices import GidType, list_devices
+
+    cfg = "/sys/kernel/config"
+    if not os.path.isdir(os.path.join(cfg, "rdma_cm")):
+        subprocess.run(["mount", "-t", "configfs", "none", cfg], check=False)
+    group = os.path.join(cfg, "rdma_cm", "rxe0")
+    assert os.path.isdir(os.path.join(cfg, "rdma_cm")), "no rdma_cm in configfs: the lab kernel has it"
+    os.mkdir(group)
+    try:
+        port = os.path.join(group, "ports", "1")
+        with open(os.path.join(port, "default_roce_mode")) as f:
+            assert f.read().strip() == "RoCE v2"
+        try:
+            with open(os.path.join(port, "default_roce_mode"), "w") as f:
+                f.write("IB/RoCE v1")
+        except OSError as e:
+            assert e.errno == 22, e  # EINVAL: the port has no RoCE v1
+        else:
+            raise AssertionError("the kernel took RoCE v1 on rxe")
+        with open(os.path.join(port, "default_roce_tos"), "w") as f:
+            f.write("32")
+        (p,) = [d for d in list_devices() if d.name == "rxe0"][0].ports
+        assert (p.roce_mode, p.roce_tos) == (GidType.ROCE_V2, 32), p
+        code, out, err = mesh(peer.address, "--timeout", "1500", "--json")
+        (c,) = cells(out)
+        assert c["outcome"] == "no-listener" and c["path"]["tclass"] == 32 and c["gid_type"] == "RoCE v2", c
+    finally:
+        with open(os.path.join(group, "ports", "1", "default_roce_tos"), "w") as f:
+            f.write("0")
+        os.rmdir(group)

@@ -477,3 +477,38 @@ def test_verdicts_a_line_per_host_with_the_likely_culprit_ranked(capsys, tmp_pat
         "y         healthy",
         "10.1.0.1  10.1.0.1 fails from the one rail that tried it (timeout) -- likely the far end",
         "10.1.0.4  10.1.0.4 fails from the one rail that tried it (timeout) -- likely the far end"]
+
+
+def test_settings_per_node_for_the_rails_that_work(capsys, tmp_path):
+    """NCCL's and UCX's settings per node from the merged matrix: the rails whose every cell
+    works (x's does not: left out, saying why), their devices and netdevs; one GID index where
+    one fits (y's two rails use 1 and 3: said plainly), and a statement when the nodes do not
+    share one (w 1, z 3)."""
+    T = ["10.1.0.10", "10.1.0.11"]
+
+    def c(host, rail, dev, index, outcome="no-listener", t=T[0]):
+        return Cell(host=host, rail=rail, target=t, dst=t, src="10.1.0.1", outcome=outcome, device=dev, port=1,
+                    gid_index=index, gid_type="RoCE v2")
+
+    runs = {"x": [c("x", "eth1", "rxe0", 1), c("x", "eth1", "rxe0", 1, "timeout", T[1])],
+            "y": [c("y", "eth1", "rxe0", 1), c("y", "eth2", "rxe1", 3)],
+            "z": [c("z", "eth1", "mlx5_0", 3)], "w": [c("w", "eth1", "mlx5_0", 1)]}
+    files = [_run_file(tmp_path / h, h, cells, T) for h, cells in runs.items()]
+    code, out, err = run(capsys, "mesh", "--merge", *files, "--settings")
+    assert code == 1, err  # x's failed cell
+    assert out.splitlines() == [
+        "x     no rail works: nothing to set",
+        "        left out: eth1 (1 of its 2 targets fail)",
+        "y     NCCL_IB_HCA==rxe0:1,rxe1:1 NCCL_SOCKET_IFNAME==eth1,eth2 UCX_NET_DEVICES=rxe0:1,rxe1:1",
+        "z     NCCL_IB_HCA==mlx5_0:1 NCCL_SOCKET_IFNAME==eth1 UCX_NET_DEVICES=mlx5_0:1 NCCL_IB_GID_INDEX=3",
+        "w     NCCL_IB_HCA==mlx5_0:1 NCCL_SOCKET_IFNAME==eth1 UCX_NET_DEVICES=mlx5_0:1 NCCL_IB_GID_INDEX=1",
+        "y: no single GID index fits its rails (eth1 1, eth2 3): NCCL_IB_GID_INDEX takes one; leave it unset and "
+        "let NCCL find each port's (NCCL_IB_ROCE_VERSION_NUM=2, NCCL_IB_ADDR_FAMILY=AF_INET)",
+        "the nodes do not share one GID index (z 3, w 1): set NCCL_IB_GID_INDEX per node as listed, not once for "
+        "the whole job"]
+    code, out, err = run(capsys, "mesh", "--merge", *files, "--settings", "--json")
+    made = {r["settings"]["host"]: r["settings"] for r in map(json.loads, out.splitlines()) if "settings" in r}
+    assert made["z"] == {"host": "z", "rails": ["eth1"], "left_out": [], "gid_index": 3, "env": {
+        "NCCL_IB_HCA": "=mlx5_0:1", "NCCL_SOCKET_IFNAME": "=eth1", "UCX_NET_DEVICES": "mlx5_0:1",
+        "NCCL_IB_GID_INDEX": "3"}}
+    assert len(json.loads(out.splitlines()[-1])["summary"]["settings_notes"]) == 2

@@ -338,6 +338,10 @@ def build_parser() -> argparse.ArgumentParser:
     ms.add_argument("--verdicts", action="store_true", help="a line per host instead of the table: healthy, or what "
                                                            "is wrong and the likely culprit (exit 1 when a host is "
                                                            "not healthy)")
+    ms.add_argument("--settings", action="store_true", help="a line per host instead of the table: NCCL's and "
+                                                           "UCX's settings (NCCL_IB_HCA, NCCL_IB_GID_INDEX, "
+                                                           "NCCL_SOCKET_IFNAME, UCX_NET_DEVICES) for the rails "
+                                                           "that work")
     ms.set_defaults(func=_command("mesh", "cmd_mesh"))
 
     mc = _subcommand(sub, "mcast", "join a multicast group as mckey does, without a QP: show the group's address "

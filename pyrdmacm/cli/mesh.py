@@ -64,19 +64,35 @@ def _outputs(args: argparse.Namespace, m: Any, code: int, started: float) -> int
         vs = verdicts(m)
         if code in (EXIT_OK, EXIT_EVENT):  # a host that is not healthy fails the check
             code = EXIT_EVENT if any(not v["healthy"] for v in vs) else EXIT_OK
+    made = None
+    if args.settings:
+        from ..mesh.settings import settings
+
+        made = settings(m)
     if args.json:
         for v in vs or ():
             json_line({"verdict": v})
+        for s in made[0] if made else ():
+            json_line({"settings": s})
         summary = {"cells": len(cells), "ok": ok, "failed": len(cells) - ok, "refused": len(m.refused),
                    "asymmetries": len(m.asymmetries), "rows": ["%s/%s" % r for r in m.rows], "targets": m.columns,
                    "seconds": round(time.monotonic() - started, 3)}
         if vs is not None:
             summary["unhealthy"] = sum(1 for v in vs if not v["healthy"])
+        if made is not None:
+            summary["settings_notes"] = made[1]
         json_line({"summary": summary, "exit": code})
-    elif vs is not None:
-        from ..mesh.verdicts import verdict_lines
+    elif vs is not None or made is not None:
+        lines: List[str] = []
+        if vs is not None:
+            from ..mesh.verdicts import verdict_lines
 
-        sys.stdout.write("\n".join(verdict_lines(vs)) + "\n")
+            lines += verdict_lines(vs)
+        if made is not None:
+            from ..mesh.settings import settings_lines
+
+            lines += ([""] if lines else []) + settings_lines(*made)
+        sys.stdout.write("\n".join(lines) + "\n")
     else:
         from ..mesh import render  # not for JSON: the SVG's escaping brings in urllib (a tenth of a second)
 

@@ -117,6 +117,13 @@ def test_an_identifying_listener_on_the_peer_and_the_merge_of_both_guests_runs(p
     assert code == 1 and [line.split()[:2] for line in out.splitlines()] == [
         [os.uname().nodename, "healthy"], [peer.host, "healthy"], [NOBODY, NOBODY]], out
     assert out.splitlines()[2].endswith("fails from the one rail that tried it (addr-error (ETIMEDOUT)) -- likely the far end")
+    # the settings: this guest's rail works (its GID index the one the kernel gave the QP),
+    # the peer's is left out (one of its targets fails)
+    code, out, _ = mesh("--merge", str(here), str(there), "--settings")
+    assert out.splitlines() == [
+        "%-5s  NCCL_IB_HCA==rxe0:1 NCCL_SOCKET_IFNAME==eth0 UCX_NET_DEVICES=rxe0:1 NCCL_IB_GID_INDEX=%d"
+        % (os.uname().nodename, c["qp"]["sgid_index"]), "%-5s  no rail works: nothing to set" % peer.host,
+        "         left out: eth0 (1 of its 2 targets fail)"], out
     code, out, _ = mesh("--merge", str(here), str(there))
     assert out.splitlines()[0].split() == ["rail", peer.address, _here(), NOBODY]
     assert [line.split()[0] for line in out.splitlines()[1:3]] == ["%s/eth0" % os.uname().nodename,

@@ -512,3 +512,31 @@ def test_settings_per_node_for_the_rails_that_work(capsys, tmp_path):
         "NCCL_IB_HCA": "=mlx5_0:1", "NCCL_SOCKET_IFNAME": "=eth1", "UCX_NET_DEVICES": "mlx5_0:1",
         "NCCL_IB_GID_INDEX": "3"}}
     assert len(json.loads(out.splitlines()[-1])["summary"]["settings_notes"]) == 2
+
+
+def test_a_run_whose_cells_all_work_imports_no_pyroute2():
+    """pyroute2's import is seconds in an emulated guest: a run made with the rails and
+    devices given (as the CLI has them read) imports it only to explain a failure."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from pyrdmacm import EventChannel, mesh
+from pyrdmacm.mesh import engine
+from pyrdmacm.testing import FakeFabric
+sys.path.insert(0, "tests")
+from fabric_helpers import fake0_device
+fab = FakeFabric()
+fab.host("10.9.0.1")
+b = fab.host("10.9.0.2")
+cells = engine.check([mesh.Rail("eth0", ("10.9.0.2",), "fake0", 1)], engine.targets(["10.9.0.1"], numeric=True),
+                     channel=EventChannel(b()), devices=[fake0_device("10.9.0.2")], host="b")
+print(cells[0].outcome, "pyroute2" in sys.modules)
+cells = engine.check([mesh.Rail("eth0", ("10.9.0.2",), "fake0", 1)], engine.targets(["10.9.0.77"], numeric=True),
+                     channel=EventChannel(b()), devices=[fake0_device("10.9.0.2")], host="b", timeout_ms=300)
+print(cells[0].outcome, "pyroute2" in sys.modules)
+fab.close()
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split("\n")[:2] == ["no-listener False", "addr-error True"], out.stdout + out.stderr

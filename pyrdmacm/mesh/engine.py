@@ -165,20 +165,22 @@ async def check_async(rails: Sequence[Rail], targets: Sequence[Target], *, port:
     gids = gid_entries(devs)
     # The failed cells are explained in one thread of their own (pyroute2 runs a loop of its
     # own), through one routing socket and links dump for the whole run (a netlink session
-    # open in that thread from its start to the end of the run), with the devices read once.
-    from concurrent.futures import ThreadPoolExecutor
-
-    from ..netlink.route import session
+    # open in that thread from its start to the end of the run), with the devices read once;
+    # all of it made on the first failure: a run whose cells all work never imports pyroute2
+    # for it.
     from .driver import Run
 
-    explainer = ThreadPoolExecutor(1, thread_name_prefix="mesh-why", initializer=session().__enter__)
     loop = asyncio.get_running_loop()
-    explained = False  # the thread (and its routing socket) is made on the first failure
+    explainer: List[Any] = []  # the thread's executor, once made
 
     def explain(c: Cell) -> "asyncio.Future[List[str]]":
-        nonlocal explained
-        explained = True
-        return loop.run_in_executor(explainer, _why, c.dst or "", c.src, devs)
+        if not explainer:
+            from concurrent.futures import ThreadPoolExecutor
+
+            from ..netlink.route import session
+
+            explainer.append(ThreadPoolExecutor(1, thread_name_prefix="mesh-why", initializer=session().__enter__))
+        return loop.run_in_executor(explainer[0], _why, c.dst or "", c.src, devs)
 
     try:
         async with AsyncChannel(channel) as ach:
@@ -192,9 +194,11 @@ async def check_async(rails: Sequence[Rail], targets: Sequence[Target], *, port:
                 run.stop(report=False)
                 raise
     finally:
-        if explained:
-            explainer.submit(session().__exit__, None, None, None)  # closes the thread's routing socket
-        explainer.shutdown(wait=True)
+        if explainer:
+            from ..netlink.route import session
+
+            explainer[0].submit(session().__exit__, None, None, None)  # closes the thread's routing socket
+            explainer[0].shutdown(wait=True)
     return cells
 
 

@@ -540,3 +540,52 @@ fab.close()
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.split("\n")[:2] == ["no-listener False", "addr-error True"], out.stdout + out.stderr
+
+
+def test_host_lists_expand_as_slurm_writes_them(capsys, on_b, monkeypatch):
+    """``10.9.0.[1,77]`` is two targets (ClusterShell's NodeSet, the hostlist extra); a list
+    that does not parse, or one without ClusterShell, is refused with what to do."""
+    pytest.importorskip("ClusterShell")
+    assert engine.expand(["node[001-003]", "[fd09::1]", "plain"]) == ["node001", "node002", "node003", "[fd09::1]",
+                                                                      "plain"]
+    code, out, err = run(capsys, "mesh", "10.9.0.[1,77]", "--timeout", "300", "--json")
+    assert sorted(c["target"] for c in _cells(out)) == [A, "10.9.0.77"], err
+    code, out, err = run(capsys, "mesh", "node[3-", "--json")
+    assert code == 3 and err.startswith("pyrdmacm: bad host list 'node[3-': ")
+    import builtins
+
+    real = builtins.__import__
+    monkeypatch.setattr(builtins, "__import__", lambda name, *a, **k: (_ for _ in ()).throw(ImportError(name))
+                        if name.startswith("ClusterShell") else real(name, *a, **k))
+    code, out, err = run(capsys, "mesh", "node[1-2]")
+    assert code == 3 and "'node[1-2]' is a host list: install ClusterShell" in err and "pyrdmacm[hostlist]" in err
+
+
+def test_sample_inventory_and_every(capsys, on_b, monkeypatch, tmp_path):
+    """--sample K checks K targets per rail (another draw each round); --inventory prints the
+    rails as a targets line; --every repeats the round, each rewriting the Prometheus file,
+    until stopped (130)."""
+    code, out, err = run(capsys, "mesh", A, "10.9.0.77", "10.9.0.78", "--sample", "1", "--timeout", "300", "--json")
+    assert len(_cells(out)) == 1, err
+    code, out, err = run(capsys, "mesh", A, "--sample", "0")
+    assert code == 3 and "--sample takes a number 1..1000000, got '0'" in err
+    code, out, err = run(capsys, "mesh", "--inventory")
+    import socket
+
+    assert code == 0 and out == "%s  # %s: eth0\n" % (B, socket.gethostname()), err
+    code, out, err = run(capsys, "mesh", "--inventory", "--json")
+    assert json.loads(out)["inventory"]["rails"] == [{"netdev": "eth0", "addresses": [B], "device": "fake0", "port": 1}]
+    from pyrdmacm.cli import mesh as cli_mesh
+
+    naps = []
+
+    def sleep(s):
+        naps.append(s)
+        if len(naps) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_mesh, "_nap", sleep)
+    prom = tmp_path / "m.prom"
+    code, out, err = run(capsys, "mesh", A, "--every", "5", "--prometheus", str(prom), "--brief")
+    assert code == 130 and out.count("1 cells: 1 reach the far CM") == 2 and all(0 < n <= 5 for n in naps), out
+    assert 'outcome="no-listener"} 1' in prom.read_text()

@@ -342,6 +342,15 @@ def build_parser() -> argparse.ArgumentParser:
                                                            "UCX's settings (NCCL_IB_HCA, NCCL_IB_GID_INDEX, "
                                                            "NCCL_SOCKET_IFNAME, UCX_NET_DEVICES) for the rails "
                                                            "that work")
+    ms.add_argument("--inventory", action="store_true", help="print this node's rails as a line of targets (each "
+                                                            "rail's first address), to gather into a fleet's "
+                                                            "--hosts file; check nothing")
+    ms.add_argument("--sample", metavar="K", help="check at most K targets per rail, drawn at random each round "
+                                                  "(fleets where all-to-all is too many REQs at once)")
+    ms.add_argument("--jitter", metavar="MS", help="wait a random 0..MS ms before each round, so that nodes started "
+                                                   "together do not send their REQs together")
+    ms.add_argument("--every", metavar="SECONDS", help="check again every SECONDS until stopped, each round's "
+                                                       "outputs written again (--prometheus: by rename)")
     ms.set_defaults(func=_command("mesh", "cmd_mesh"))
 
     mc = _subcommand(sub, "mcast", "join a multicast group as mckey does, without a QP: show the group's address "

@@ -121,8 +121,7 @@ def _merge(args: argparse.Namespace) -> int:
 
 def cmd_mesh(args: argparse.Namespace) -> int:
     from ..devices import list_devices
-    from ..errors import DeviceNodeError
-    from ..mesh import Cell, Matrix, check, engine
+    from ..mesh import engine
 
     if args.merge:
         if args.targets or args.hosts:
@@ -130,13 +129,21 @@ def cmd_mesh(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         return _merge(args)
     try:
+        names = None if args.rails in (None, "all") else [n for n in args.rails.split(",") if n]
+        if names == []:
+            raise _BadInput("--rails takes netdev names separated by commas, or all")
+        if args.inventory:
+            try:
+                return _inventory(args, engine.rails(names, devices=list_devices()))
+            except ValueError as e:
+                raise _BadInput(str(e)) from None
         words = _targets_from(args)
         port = _int(args.port, "--port", 1, 65535) if args.port is not None else DEFAULT_PORT
         timeout_ms = _timeout_ms(args.timeout)
         concurrency = _int(args.concurrency, "--concurrency", 1, 100000)
-        names = None if args.rails in (None, "all") else [n for n in args.rails.split(",") if n]
-        if names == []:
-            raise _BadInput("--rails takes netdev names separated by commas, or all")
+        sample = _int(args.sample, "--sample", 1, 1000000) if args.sample is not None else None
+        jitter_ms = _int(args.jitter, "--jitter", 0, 3600000) if args.jitter is not None else 0
+        every = _int(args.every, "--every", 1, 86400) if args.every is not None else None
         try:  # the targets (what was written) first, then the rails (what this host has)
             targets = engine.targets(words, all_addresses=args.all_addresses, numeric=args.numeric)
             devs = list_devices()  # once: a Soft-RoCE port's GID table is 1,024 files
@@ -150,6 +157,49 @@ def cmd_mesh(args: argparse.Namespace) -> int:
         _err("no rails here: no netdev has an RDMA device behind it (see `pyrdmacm devices`, `rdma link`); "
              "--rails NETDEV checks one anyway")
         return EXIT_NODEV
+    import random
+
+    rounds = random.Random()
+    while True:  # one round, or with --every one each period until stopped
+        t0 = time.monotonic()
+        if jitter_ms:  # nodes started together do not send their REQs together
+            _nap(rounds.uniform(0, jitter_ms / 1000.0))
+        code = _round(args, rails, targets, devs, port, timeout_ms, concurrency, sample, rounds.random())
+        if every is None or code in (EXIT_NODEV, EXIT_INTERRUPTED, EXIT_OUTPUT):
+            return code
+        try:
+            _nap(max(0.0, every - (time.monotonic() - t0)))
+        except KeyboardInterrupt:
+            return EXIT_INTERRUPTED
+
+
+def _nap(seconds: float) -> None:
+    """The waits between rounds (one place: a test shortens them)."""
+    time.sleep(seconds)
+
+
+def _inventory(args: argparse.Namespace, rails: List[Any]) -> int:
+    """``--inventory``: this node's rails as a line of targets (each rail's first address),
+    to gather into a fleet's targets file."""
+    host = socket.gethostname()
+    if args.json:
+        json_line({"inventory": {"host": host, "rails": [{"netdev": r.netdev, "addresses": list(r.addresses),
+                                                          "device": r.device, "port": r.port} for r in rails]}})
+        return EXIT_OK
+    first = [r.addresses[0] for r in rails if r.addresses]
+    if not first:
+        _err("no rail here has an address: nothing to list")
+        return EXIT_NODEV
+    print("%s  # %s: %s" % (" ".join(first), host, " ".join(r.netdev for r in rails if r.addresses)))
+    return EXIT_OK
+
+
+def _round(args: argparse.Namespace, rails: List[Any], targets: List[Any], devs: Any, port: int, timeout_ms: int,
+           concurrency: int, sample: Optional[int], seed: float) -> int:
+    """One check of the plan (every rail against every target, or a sample), its outputs."""
+    from ..errors import DeviceNodeError
+    from ..mesh import Cell, Matrix, check, engine
+
     try:
         ch = conn._open_channel()
     except DeviceNodeError as e:
@@ -158,7 +208,7 @@ def cmd_mesh(args: argparse.Namespace) -> int:
             json_line({"error": error_json(e), "exit": EXIT_NODEV})
         return EXIT_NODEV
     done: List[Cell] = []
-    plan = engine.pairs(rails, targets, args.same_subnet)
+    plan = engine.pairs(rails, targets, args.same_subnet, sample=sample, seed=seed)
     total = len(plan)
     progress = sys.stderr.isatty() and not args.json
 
@@ -190,7 +240,7 @@ def cmd_mesh(args: argparse.Namespace) -> int:
     code: Optional[int] = None
     try:
         check(rails, targets, port=port, timeout_ms=timeout_ms, concurrency=concurrency, on_cell=on_cell, channel=ch,
-              same_subnet=args.same_subnet, devices=devs)
+              same_subnet=args.same_subnet, devices=devs, sample=sample, seed=seed)
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
     finally:

@@ -47,25 +47,61 @@ def rails(names: Optional[Iterable[str]] = None, *, devices: Any = None) -> List
     return out
 
 
-def pairs(rails: Sequence[Rail], targets: Sequence[Target], same_subnet: bool = False) -> List[Tuple[Rail, Target]]:
+def pairs(rails: Sequence[Rail], targets: Sequence[Target], same_subnet: bool = False, *,
+          sample: Optional[int] = None, seed: Any = None) -> List[Tuple[Rail, Target]]:
     """The cells a run checks, rows in ``rails``' order and columns in ``targets``': every
     rail against every target, or with ``same_subnet`` each rail against the targets on its
     own subnets (a rail-optimized fabric, where rail k of a node reaches rail k of the
-    others; a target that cannot be used stays, so that its cell says why)."""
-    return [(r, t) for r in rails for t in targets
-            if not same_subnet or t.ip is None or r.on_subnet(t.ip)]
+    others; a target that cannot be used stays, so that its cell says why).  ``sample``:
+    at most that many targets per rail, drawn at random (``seed``: the same draw again), in
+    their order: for fleets where all-to-all is too many REQs at once, each round another
+    part of the matrix."""
+    out = [(r, t) for r in rails for t in targets if not same_subnet or t.ip is None or r.on_subnet(t.ip)]
+    if sample is None:
+        return out
+    import random
+
+    rng = random.Random(seed)
+    kept = []
+    for r in rails:
+        mine = [k for k, (q, _) in enumerate(out) if q is r]
+        kept += sorted(rng.sample(mine, min(sample, len(mine))))
+    return [out[k] for k in sorted(kept)]
+
+
+def expand(words: Sequence[str]) -> List[str]:
+    """Target words with host lists expanded, as Slurm and ClusterShell write them
+    (``node[001-064]``, ``10.20.0.[1-64]``), by ClusterShell's NodeSet (the ``hostlist``
+    extra); other words as they are.  ValueError for a list that does not parse, or when
+    ClusterShell is not installed."""
+    out: List[str] = []
+    for w in words:
+        if "[" not in w or w.startswith("["):  # no list, or a bracketed IPv6 address
+            out.append(w)
+            continue
+        try:
+            from ClusterShell.NodeSet import NodeSet  # type: ignore[import-not-found, import-untyped, unused-ignore]
+        except ImportError:
+            raise ValueError("%r is a host list: install ClusterShell to expand it (pip install "
+                             "'pyrdmacm[hostlist]'), or write the names out" % w) from None
+        try:
+            out.extend(str(n) for n in NodeSet(w))
+        except Exception as e:  # noqa: BLE001 - NodeSetParseError, RangeSetParseError and their kin
+            raise ValueError("bad host list %r: %s" % (w, e)) from None
+    return out
 
 
 def targets(words: Sequence[str], *, all_addresses: bool = False, numeric: bool = False) -> List[Target]:
     """Targets as an operator writes them: addresses, or host names looked up as
     getaddrinfo does (its first answer; every address with ``all_addresses``).  A name that
     does not resolve is a target with an ``error`` (its cells say so: the rest are still
-    checked).  Duplicates (the same address twice) are checked once: ValueError names them."""
+    checked).  Host lists (``node[001-064]``) are expanded (:func:`expand`).  Duplicates (the
+    same address twice) are checked once: ValueError names them."""
     from ..addr.lookup import NameServiceError, lookup_host
     from ..errors import UsageError
 
     out: List[Target] = []
-    for w in words:
+    for w in expand(words):
         try:
             if numeric:
                 ip = ipaddress.ip_address(w.split("%")[0])
@@ -114,9 +150,11 @@ def _why(dst: str, src: Optional[str], devs: Any = None) -> List[str]:
 async def check_async(rails: Sequence[Rail], targets: Sequence[Target], *, port: int = 7471, timeout_ms: int = 2000,
                       concurrency: int = 64, ps: str = "tcp", host: Optional[str] = None,
                       on_cell: Optional[Callable[[Cell], None]] = None, channel: Any = None,
-                      same_subnet: bool = False, devices: Any = None) -> List[Cell]:
+                      same_subnet: bool = False, devices: Any = None, sample: Optional[int] = None,
+                      seed: Any = None) -> List[Cell]:
     """Every rail against every target (rows in ``rails``' order, columns in ``targets``';
-    with ``same_subnet`` just the targets on each rail's own subnets, see :func:`pairs`),
+    with ``same_subnet`` just the targets on each rail's own subnets, and ``sample`` of them
+    drawn with ``seed``, see :func:`pairs`),
     at most ``concurrency`` cells in flight, through one event channel (``channel``, or a
     new one); ``on_cell`` sees each cell as it ends.  Cells that fail get the pre-check's
     explanation.  Cancelled (Ctrl-C), the cells done so far are returned as they are.
@@ -143,7 +181,7 @@ async def check_async(rails: Sequence[Rail], targets: Sequence[Target], *, port:
             a = parsed[text, p] = parse_address(text, p)
         return a
 
-    for r, t in pairs(rails, targets, same_subnet):
+    for r, t in pairs(rails, targets, same_subnet, sample=sample, seed=seed):
         c = Cell(host=host, rail=r.netdev, target=t.name, dst=t.address)
         cells.append(c)
         if t.address is None:

@@ -66,6 +66,13 @@ def test_the_peer_with_nobody_listening_and_an_address_nobody_has(peer, tmp_path
     bad = got[NOBODY]
     assert bad["outcome"] == "addr-error" and bad["status"] == -110 and not bad["ok"], bad
     assert any("neighbour" in w for w in bad["why"]), bad["why"]  # the pre-check names the next hop
+    # this node's rails as a targets line; a host list; a sample of one target per rail
+    code, out, err = mesh("--inventory")
+    assert code == 0 and out == "%s  # %s: eth0\n" % (_here(), os.uname().nodename), out + err
+    code, out, err = mesh("10.9.0.[%s,77]" % peer.address.rsplit(".", 1)[1], "--timeout", "1500", "--json")
+    assert sorted(c["target"] for c in cells(out)) == sorted([peer.address, NOBODY]), out + err
+    code, out, err = mesh(peer.address, NOBODY, "--sample", "1", "--timeout", "1500", "--json")
+    assert len(cells(out)) == 1, out + err
     # the table and the pictures, for people
     svg, prom = tmp_path / "m.svg", tmp_path / "m.prom"
     code, out, _ = mesh(peer.address, NOBODY, "--timeout", "1500", "--svg", str(svg), "--prometheus", str(prom))

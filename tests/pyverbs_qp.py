@@ -176,10 +176,13 @@ class Verbs:
 
 
 def _wc_status(status: int) -> str:
+    """A work completion status by name (``IBV_WC_RETRY_EXC_ERR``): the statuses are
+    SUCCESS and the ``*_ERR`` names; the opcodes (``IBV_WC_BIND_MW`` ...) share numbers."""
     for name in dir(e):
-        if name.startswith("IBV_WC_") and getattr(e, name) == status and "STATUS" not in name:
+        if (name == "IBV_WC_SUCCESS" or (name.startswith("IBV_WC_") and name.endswith("_ERR"))) \
+                and getattr(e, name) == status:
             return name
-    return "?"
+    return "status %d" % status
 
 
 def text(raw: bytes) -> str:
@@ -266,6 +269,86 @@ def rc_client(addr: str, port: int, token: str) -> Dict[str, Any]:
     return out
 
 
+# -- RC with full-size messages: does the path MTU each end was given carry them?
+
+BIG = 4000  # one packet at a 4096 path MTU; four at 1024
+#: a message's wait: past the sender's last retry (retry_count 5 at a timeout of 17-19:
+#: about 13 s), short of the lab's patience
+BIG_TIMEOUT = 20.0
+
+
+def _outcome(v: "Verbs", wr_id: int, timeout: float) -> str:
+    """The work completion status of ``wr_id`` by name, or "none" when none came in
+    ``timeout`` s: a data path that does not carry the message says so here, not by raising."""
+    deadline = time.monotonic() + timeout
+    while wr_id not in v.done:
+        if time.monotonic() > deadline:
+            return "none"
+        n, wcs = v.cq.poll(1)
+        if not n:
+            time.sleep(0.001)
+            continue
+        v.done[wcs[0].wr_id] = wcs[0]
+    wc = v.done.pop(wr_id)
+    return "IBV_WC_SUCCESS" if wc.status == e.IBV_WC_SUCCESS else _wc_status(wc.status)
+
+
+def rc_big_server(port: int, token: str) -> Dict[str, Any]:
+    """Accept one connection, each end's QP given what its own init_qp_attr() answers (as a
+    transport does); receive a full-size SEND, send one back; report both outcomes."""
+    with EventChannel() as ch:
+        lst = CmId(ch)
+        lst.bind_addr("0.0.0.0:%d" % port)
+        lst.listen()
+        print("listening", flush=True)
+        ev = wait(ch, E.CONNECT_REQUEST, REQUEST_TIMEOUT)
+        req = ev.id
+        v = Verbs(req, e.IBV_QPT_RC)
+        out: Dict[str, Any] = {}
+        for st in (QpState.INIT, QpState.RTR, QpState.RTS):
+            a = v.move(req, st)
+            if st is QpState.RTR:
+                out["path_mtu"] = 128 << a.path_mtu
+        v.post_recv(1, 0, BUF)
+        req.accept(ConnParam(qp_num=v.qp.qp_num, private_data=v.offer(), **PARAMS))
+        wait(ch, E.ESTABLISHED)
+        out["received"] = _outcome(v, 1, BIG_TIMEOUT)
+        v.post_send(10, (token.encode() * BIG)[:BIG], 0)
+        out["sent"] = _outcome(v, 10, BIG_TIMEOUT)
+        wait(ch, E.DISCONNECTED)
+        req.destroy()
+        lst.destroy()
+        v.close()
+    return out
+
+
+def rc_big_client(addr: str, port: int, token: str) -> Dict[str, Any]:
+    with EventChannel() as ch:
+        cm = CmId(ch)
+        cm.resolve_addr("%s:%d" % (addr, port), timeout_ms=5000)
+        wait(ch, E.ADDR_RESOLVED)
+        cm.resolve_route(5000)
+        wait(ch, E.ROUTE_RESOLVED)
+        v = Verbs(cm, e.IBV_QPT_RC)
+        cm.connect(ConnParam(qp_num=v.qp.qp_num, private_data=v.offer(), **PARAMS))
+        wait(ch, E.CONNECT_RESPONSE)
+        out: Dict[str, Any] = {}
+        for st in (QpState.INIT, QpState.RTR, QpState.RTS):
+            a = v.move(cm, st)
+            if st is QpState.RTR:
+                out["path_mtu"] = 128 << a.path_mtu
+        v.post_recv(1, 0, BUF)
+        cm.establish()
+        v.post_send(10, (token.encode() * BIG)[:BIG], 0)
+        out["sent"] = _outcome(v, 10, BIG_TIMEOUT)
+        out["received"] = _outcome(v, 1, 2 * BIG_TIMEOUT)  # the server's comes after it received ours
+        cm.disconnect()
+        wait(ch, E.DISCONNECTED)
+        cm.destroy()
+        v.close()
+    return out
+
+
 # -- UD: SIDR gives the client the server's QP, qkey and address handle
 
 def ud_server(port: int, token: str) -> Dict[str, Any]:
@@ -343,10 +426,12 @@ def ud_client(addr: str, port: int, token: str) -> Dict[str, Any]:
 
 def main(argv: List[str]) -> int:
     role, args = argv[0], argv[1:]
-    runs = {"rc-server": (rc_server, 2), "rc-client": (rc_client, 3),
+    runs = {"rc-server": (rc_server, 2), "rc-client": (rc_client, 3), "rc-big-server": (rc_big_server, 2),
+            "rc-big-client": (rc_big_client, 3),
             "ud-server": (ud_server, 2), "ud-client": (ud_client, 3)}
     if role not in runs or len(args) != runs[role][1]:
-        print("usage: pyverbs_qp.py rc-server|ud-server PORT TOKEN | rc-client|ud-client ADDR PORT TOKEN",
+        print("usage: pyverbs_qp.py rc-server|rc-big-server|ud-server PORT TOKEN | "
+              "rc-client|rc-big-client|ud-client ADDR PORT TOKEN",
               file=sys.stderr)
         return 2
     fn, _ = runs[role]

@@ -205,7 +205,7 @@ def mismatches(here: Dict[str, Any], there: Dict[str, Any], names: Tuple[str, st
                        % (end, v.get("gid_index", "?")))
         qm, pm = v.get("qp_path_mtu"), v.get("port_mtu")
         if qm is not None and pm is not None and qm > pm:
-            out.append("the QP's path MTU %d is larger than the port's %d %s: its full-size packets are dropped"
+            out.append("the QP's path MTU %d is larger than the port's %d %s: its full-size packets do not fit that port's MTU"
                        % (qm, pm, end))
     return out
 

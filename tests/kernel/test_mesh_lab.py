@@ -159,7 +159,7 @@ def test_an_mtu_that_differs_between_the_ends_is_found_from_both_sides(peer, tmp
         t = c["there"]  # this host's view, from its REP
         assert (t["port_mtu"], t["qp_path_mtu"]) == (roce_path_mtu(_netdev_mtu("eth0")), 4096), c
         assert "port MTU 4096 here, 1024 there" in c["mismatches"], c
-        assert "the QP's path MTU 4096 is larger than the port's 1024 there: its full-size packets are dropped" \
+        assert "the QP's path MTU 4096 is larger than the port's 1024 there: its full-size packets do not fit that port's MTU" \
             in c["mismatches"], c
         listener.wait(30)
         code, mine, err = mesh(peer.address, "--timeout", "10000", "--json")

@@ -317,8 +317,9 @@ def test_listen_reject_on_the_peer_ping_rejected_28_with_data(peer):
     assert code == 1, out + err
     lines = out.splitlines()
     assert lines[1].startswith("seq=1 REJECTED reason 28 CONSUMER_DEFINED in step connect after ")
-    assert lines[2].startswith("      the peer rejected: its application did")
-    assert lines[3].startswith('      peer private data: %s "full, retry later" (REJ: 148 bytes'
+    assert lines[2].startswith("      path: RoCE v2 GID ") and " MTU 1024 " in lines[2]  # the route resolved
+    assert lines[3].startswith("      the peer rejected: its application did")
+    assert lines[4].startswith('      peer private data: %s "full, retry later" (REJ: 148 bytes'
                                % b"full, retry later".hex())
     code, sout, serr = server.wait(30)
     show("peer: " + " ".join(server.argv), code, sout, serr)

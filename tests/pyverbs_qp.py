@@ -89,6 +89,25 @@ def wait(ch: EventChannel, want: E, timeout: float = TIMEOUT) -> Any:
     return ev
 
 
+def listening(ch: EventChannel, port: int, ps: PortSpace = PortSpace.TCP) -> CmId:
+    """A listener on ``port`` of every address; ``listening`` printed once it is up."""
+    lst = CmId(ch, ps)
+    lst.bind_addr("0.0.0.0:%d" % port)
+    lst.listen()
+    print("listening", flush=True)
+    return lst
+
+
+def routed(ch: EventChannel, addr: str, port: int, ps: PortSpace = PortSpace.TCP) -> CmId:
+    """An id whose address and route to ``addr:port`` are resolved."""
+    cm = CmId(ch, ps)
+    cm.resolve_addr("%s:%d" % (addr, port), timeout_ms=5000)
+    wait(ch, E.ADDR_RESOLVED)
+    cm.resolve_route(5000)
+    wait(ch, E.ROUTE_RESOLVED)
+    return cm
+
+
 class Verbs:
     """The pyverbs side: the device and port the id landed on, a PD, one CQ, a QP, a
     registered buffer."""
@@ -143,25 +162,32 @@ class Verbs:
             wr.set_wr_ud(*ud)
         step("post_send", self.qp.post_send, wr)
 
-    def completion(self, wr_id: int) -> Any:
-        """The work completion of ``wr_id`` (others that come first are kept for their own
-        call: sends and receives share the CQ); AssertionError for one in error or none in
-        time."""
-        deadline = time.monotonic() + TIMEOUT
+    def poll_for(self, wr_id: int, timeout: float, strict: bool = False) -> Any:
+        """The work completion of ``wr_id``, or None when none came in ``timeout`` s (others
+        that come first are kept for their own call: sends and receives share the CQ);
+        ``strict``: AssertionError at once for any completion in error."""
+        deadline = time.monotonic() + timeout
         while wr_id not in self.done:
             if time.monotonic() > deadline:
-                raise AssertionError("no work completion for %d within %g s (kept: %s)"
-                                     % (wr_id, TIMEOUT, sorted(self.done)))
+                return None
             n, wcs = self.cq.poll(1)
             if not n:
                 time.sleep(0.001)
                 continue
             wc = wcs[0]
-            if wc.status != e.IBV_WC_SUCCESS:
+            if strict and wc.status != e.IBV_WC_SUCCESS:
                 raise AssertionError("work completion %d in error: status %d (%s)"
                                      % (wc.wr_id, wc.status, _wc_status(wc.status)))
             self.done[wc.wr_id] = wc
         return self.done.pop(wr_id)
+
+    def completion(self, wr_id: int) -> Any:
+        """The work completion of ``wr_id``; AssertionError for one in error or none in time."""
+        wc = self.poll_for(wr_id, TIMEOUT, strict=True)
+        if wc is None:
+            raise AssertionError("no work completion for %d within %g s (kept: %s)"
+                                 % (wr_id, TIMEOUT, sorted(self.done)))
+        return wc
 
     def read(self, offset: int, length: int) -> bytes:
         return bytes(self.mr.read(length, offset))
@@ -193,10 +219,7 @@ def text(raw: bytes) -> str:
 
 def rc_server(port: int, token: str) -> Dict[str, Any]:
     with EventChannel() as ch:
-        lst = CmId(ch)
-        lst.bind_addr("0.0.0.0:%d" % port)
-        lst.listen()
-        print("listening", flush=True)
+        lst = listening(ch, port)
         ev = wait(ch, E.CONNECT_REQUEST, REQUEST_TIMEOUT)
         req = ev.id
         their_qp = ev.param.qp_num
@@ -233,11 +256,7 @@ def rc_server(port: int, token: str) -> Dict[str, Any]:
 
 def rc_client(addr: str, port: int, token: str) -> Dict[str, Any]:
     with EventChannel() as ch:
-        cm = CmId(ch)
-        cm.resolve_addr("%s:%d" % (addr, port), timeout_ms=5000)
-        wait(ch, E.ADDR_RESOLVED)
-        cm.resolve_route(5000)
-        wait(ch, E.ROUTE_RESOLVED)
+        cm = routed(ch, addr, port)
         v = Verbs(cm, e.IBV_QPT_RC)  # in RESET: its number is all connect() needs
         out: Dict[str, Any] = {"device": v.device, "port": v.port, "qp_num": v.qp.qp_num}
         out["access_before_connect"] = cm.init_qp_attr(QpState.INIT).qp_access_flags
@@ -280,27 +299,15 @@ BIG_TIMEOUT = 20.0
 def _outcome(v: "Verbs", wr_id: int, timeout: float) -> str:
     """The work completion status of ``wr_id`` by name, or "none" when none came in
     ``timeout`` s: a data path that does not carry the message says so here, not by raising."""
-    deadline = time.monotonic() + timeout
-    while wr_id not in v.done:
-        if time.monotonic() > deadline:
-            return "none"
-        n, wcs = v.cq.poll(1)
-        if not n:
-            time.sleep(0.001)
-            continue
-        v.done[wcs[0].wr_id] = wcs[0]
-    wc = v.done.pop(wr_id)
-    return "IBV_WC_SUCCESS" if wc.status == e.IBV_WC_SUCCESS else _wc_status(wc.status)
+    wc = v.poll_for(wr_id, timeout)
+    return "none" if wc is None else _wc_status(wc.status)
 
 
 def rc_big_server(port: int, token: str) -> Dict[str, Any]:
     """Accept one connection, each end's QP given what its own init_qp_attr() answers (as a
     transport does); receive a full-size SEND, send one back; report both outcomes."""
     with EventChannel() as ch:
-        lst = CmId(ch)
-        lst.bind_addr("0.0.0.0:%d" % port)
-        lst.listen()
-        print("listening", flush=True)
+        lst = listening(ch, port)
         ev = wait(ch, E.CONNECT_REQUEST, REQUEST_TIMEOUT)
         req = ev.id
         v = Verbs(req, e.IBV_QPT_RC)
@@ -324,11 +331,7 @@ def rc_big_server(port: int, token: str) -> Dict[str, Any]:
 
 def rc_big_client(addr: str, port: int, token: str) -> Dict[str, Any]:
     with EventChannel() as ch:
-        cm = CmId(ch)
-        cm.resolve_addr("%s:%d" % (addr, port), timeout_ms=5000)
-        wait(ch, E.ADDR_RESOLVED)
-        cm.resolve_route(5000)
-        wait(ch, E.ROUTE_RESOLVED)
+        cm = routed(ch, addr, port)
         v = Verbs(cm, e.IBV_QPT_RC)
         cm.connect(ConnParam(qp_num=v.qp.qp_num, private_data=v.offer(), **PARAMS))
         wait(ch, E.CONNECT_RESPONSE)
@@ -353,10 +356,7 @@ def rc_big_client(addr: str, port: int, token: str) -> Dict[str, Any]:
 
 def ud_server(port: int, token: str) -> Dict[str, Any]:
     with EventChannel() as ch:
-        lst = CmId(ch, PortSpace.UDP)
-        lst.bind_addr("0.0.0.0:%d" % port)
-        lst.listen()
-        print("listening", flush=True)
+        lst = listening(ch, port, PortSpace.UDP)
         ev = wait(ch, E.CONNECT_REQUEST, REQUEST_TIMEOUT)
         req = ev.id
         v = Verbs(req, e.IBV_QPT_UD)
@@ -384,11 +384,7 @@ def ud_server(port: int, token: str) -> Dict[str, Any]:
 
 def ud_client(addr: str, port: int, token: str) -> Dict[str, Any]:
     with EventChannel() as ch:
-        cm = CmId(ch, PortSpace.UDP)
-        cm.resolve_addr("%s:%d" % (addr, port), timeout_ms=5000)
-        wait(ch, E.ADDR_RESOLVED)
-        cm.resolve_route(5000)
-        wait(ch, E.ROUTE_RESOLVED)
+        cm = routed(ch, addr, port, PortSpace.UDP)
         v = Verbs(cm, e.IBV_QPT_UD)
         out: Dict[str, Any] = {"device": v.device, "port": v.port, "qp_num": v.qp.qp_num}
         init = v.move(cm, QpState.INIT)

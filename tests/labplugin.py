@@ -196,6 +196,11 @@ class Boot:
             "-m", "kernel",
             f"--rootdir={rootpath}", f"--junitxml={self.junit}", "-rA", *args,
         ]
+        # the environment as the session started: the host's tests run in the main thread
+        # meanwhile, and one that sets a variable reallocates the C environ that a boot
+        # thread's child would read between vfork and exec (EFAULT, "Bad address"); given an
+        # env, subprocess hands exec an array of its own
+        self.env = dict(os.environ)
         self.qemus = QEMUS.get(topology, 1)  # qemu processes: the peers too
         self.done = threading.Event()
         self.lock = threading.Lock()  # run's start against cancel
@@ -217,7 +222,7 @@ class Boot:
                 with self.lock:
                     if self.failure:  # cancelled before it started
                         return
-                    self.proc = subprocess.Popen(self.command, cwd=ROOT,
+                    self.proc = subprocess.Popen(self.command, cwd=ROOT, env=self.env,
                                                  stdin=subprocess.DEVNULL, stdout=log,
                                                  stderr=subprocess.STDOUT)
                 # wait4: the CPU time of tools/lab and its qemu processes, for the summary

@@ -97,3 +97,41 @@ def test_the_hosts_own_tests_run_before_the_lab_items():
     lab = [i for i, nodeid in enumerate(ids) if nodeid.endswith("[lab-sid]")]
     assert r.returncode == 0 and lab and ids[:lab[0]] and all("[lab-sid]" not in n for n in ids[:lab[0]]), r.stdout
     assert lab == list(range(lab[0], len(ids)))  # the lab's items, all at the end
+
+
+def test_a_boot_starts_whatever_the_main_thread_does_to_the_environment(tmp_path):
+    """Boots start in threads while the host's tests run in the main thread, some of them
+    setting variables: the boot's child must not exec through the C environ they reallocate
+    (one CI run lost its fabric boot to EFAULT so)."""
+    import os
+    import sys
+    import threading
+    from types import SimpleNamespace
+
+    config = SimpleNamespace(rootpath=labplugin.ROOT, getoption=lambda name: None)
+    stop = threading.Event()
+
+    def churn():
+        k = 0
+        while not stop.is_set():
+            os.environ["PYRDMACM_TEST_CHURN_%d" % (k % 300)] = "x" * 40
+            if k % 300 == 299:
+                for name in [n for n in os.environ if n.startswith("PYRDMACM_TEST_CHURN_")]:
+                    del os.environ[name]
+            k += 1
+
+    boots = [labplugin.Boot("sid", "single", [], config, tmp_path, 60, k) for k in range(1, 41)]
+    thread = threading.Thread(target=churn)
+    thread.start()
+    try:
+        for boot in boots:
+            boot.command = [sys.executable, "-S", "-c", "pass"]
+            boot.run()
+    finally:
+        stop.set()
+        thread.join()
+        for name in [n for n in os.environ if n.startswith("PYRDMACM_TEST_CHURN_")]:
+            del os.environ[name]
+    for boot in boots:
+        assert boot.exit == 0, boot.failure
+        assert not any(n.startswith("PYRDMACM_TEST_CHURN_") for n in boot.env)

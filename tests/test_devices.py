@@ -487,3 +487,59 @@ def test_rdma_cm_configfs_defaults_of_a_port(tmp_path: Path) -> None:
     (port / "default_roce_mode").write_text("RoCE v3\n")
     (port / "default_roce_tos").write_text("999\n")
     assert port_defaults("rxe0", 1, str(cfg)) == (None, None)
+
+
+def _pyroute2_view():
+    """The netdevs and addresses as pyroute2's IPRoute reads them: the oracle for
+    pyrdmacm.netlink.route's own reading of the same dumps."""
+    import ipaddress
+
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        links = sorted((m["index"], m.get_attr("IFLA_IFNAME"), m["ifi_type"], m["flags"],
+                        m.get_attr("IFLA_OPERSTATE") or "UNKNOWN", m.get_attr("IFLA_MTU"),
+                        bytes.fromhex((m.get_attr("IFLA_ADDRESS") or "").replace(":", "")) or None,
+                        None if m.get_attr("IFLA_CARRIER") is None else bool(m.get_attr("IFLA_CARRIER")))
+                       for m in ipr.get_links())
+        addrs = sorted((m["index"], str(ipaddress.ip_interface("%s/%d" % (m.get_attr("IFA_LOCAL") or m.get_attr("IFA_ADDRESS"),
+                                                                           m["prefixlen"]))),
+                        m["scope"], m.get_attr("IFA_FLAGS") if m.get_attr("IFA_FLAGS") is not None else m["flags"])
+                       for m in ipr.get_addr() if m.get_attr("IFA_LOCAL") or m.get_attr("IFA_ADDRESS"))
+    return links, addrs
+
+
+def netlink_reads_as_pyroute2_does():
+    """Assert that pyrdmacm's links() and addresses() (the wire format, no pyroute2) read
+    what pyroute2 reads from the same kernel; return how many of each."""
+    from pyrdmacm.netlink import route
+
+    links = [(l.index, l.name, l.type, l.flags, l.operstate, l.mtu, l.address, l.carrier) for l in route.links()]
+    addrs = sorted((a.ifindex, str(a.interface), a.scope, a.flags) for v in route.addresses().values() for a in v)
+    want_links, want_addrs = _pyroute2_view()
+    assert links == want_links
+    assert addrs == want_addrs
+    return len(links), len(addrs)
+
+
+def test_links_and_addresses_read_what_pyroute2_reads() -> None:
+    n_links, n_addrs = netlink_reads_as_pyroute2_does()
+    assert n_links >= 1 and n_addrs >= 1  # lo and its 127.0.0.1 at least
+
+
+def test_the_rails_and_devices_are_read_without_pyroute2() -> None:
+    """The reads a mesh or a listener makes before its first command (the RDMA devices,
+    the netdevs, their addresses) import no pyroute2: its import is 2 s in an emulated
+    guest, for routing decisions only."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from pyrdmacm.devices import list_devices\n"
+            "from pyrdmacm.mesh import engine\n"
+            "from pyrdmacm.netlink import addresses, links\n"
+            "rails = engine.rails(None, devices=list_devices())\n"
+            "print(len(links()), sum(map(len, addresses().values())), 'pyroute2' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    n_links, n_addrs, loaded = out.stdout.split()
+    assert int(n_links) >= 1 and int(n_addrs) >= 1 and loaded == "False", out.stdout + out.stderr

@@ -7,12 +7,16 @@ the names of its ``__all__`` are imported from here, wherever they live.
 
 Theory of operation
 -------------------
-The netlink layer is the only part of pyrdmacm that imports pyroute2 (about 150 ms to
-import, so the rest of pyrdmacm imports this module lazily, inside the functions that
-need it).  It is in four modules, one job each:
+The netlink layer is the only part of pyrdmacm that imports pyroute2, and only for the
+routing decisions (:func:`route_get`, :func:`neighbour`: about 150 ms to import on a
+host, 2 s in an emulated guest); the devices, the netdevs and their addresses, read
+before a run's first command, are a few struct calls on a plain socket.  It is in five
+modules, one job each:
 
+* :mod:`pyrdmacm.netlink.wire`: netlink's wire format (header, attributes, a
+  request's conversation), the standard library's ``struct`` and ``socket`` alone;
 * :mod:`pyrdmacm.netlink.nldev`: the NLDEV messages as bytes (numbers, attribute
-  space, encoding and decoding), declared on pyroute2's generic ``nlmsg``;
+  space, encoding and decoding);
 * :mod:`pyrdmacm.netlink.rdma`: :class:`RdmaNetlink`, the request/reply
   conversation on a ``NETLINK_RDMA`` socket, and the kernel's refusals as
   :class:`~pyrdmacm.errors.KernelError` with a hint;
@@ -20,9 +24,10 @@ need it).  It is in four modules, one job each:
   ``RDMA_NLDEV_ATTR_DEV_INDEX`` (the kernel answers EINVAL without it), so
   :func:`ports` and :func:`cm_ids` walk the devices.  Each query takes a
   ``channel`` to share one socket, or opens (and closes) its own;
-* :mod:`pyrdmacm.netlink.route`: ``NETLINK_ROUTE`` through pyroute2's ``IPRoute``
-  (:func:`route_get`, :func:`links`, :func:`addresses`, :func:`neighbour`,
-  :class:`session`), the kernel's own routing decisions for the pre-check.
+* :mod:`pyrdmacm.netlink.route`: ``NETLINK_ROUTE``: :func:`links` and :func:`addresses`
+  on the wire format, :func:`route_get` and :func:`neighbour` through pyroute2's
+  ``IPRoute`` (imported on their first call), :class:`session`; the kernel's own routing
+  decisions for the pre-check.
 
 Byte orders: NLDEV integers are host order (``RDMA_NLDEV_ATTR_NODE_GUID`` is the GUID
 as a number, i.e. the big-endian GUID already converted); socket addresses in resource
@@ -299,7 +304,7 @@ def cm_ids(*, channel: Optional[RdmaNetlink] = None) -> List[CmIdInfo]:
                 table = attr(m, "ATTR_RES_CM_ID")
                 if table is None:
                     continue
-                for e in table.get_attrs("RDMA_NLDEV_ATTR_RES_CM_ID_ENTRY"):
+                for e in table.all("ATTR_RES_CM_ID_ENTRY"):
                     out.append(
                         CmIdInfo(
                             dev_index=attr(m, "ATTR_DEV_INDEX", dev.index),

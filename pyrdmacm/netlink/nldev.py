@@ -4,11 +4,11 @@ encoding, a datagram's messages and their decoding.  No I/O.
 Theory of operation
 -------------------
 The kernel's RDMA device interface is client ``RDMA_NL_NLDEV`` (5) of ``NETLINK_RDMA``
-(20), the one iproute2's ``rdma`` tool uses.  pyroute2 has no RDMA family, so the
-messages are declared here on pyroute2's generic ``nlmsg``: an ``nlmsghdr``, then
-attributes, with no family header.  The whole client has one attribute space, nested
-tables included (:data:`NLDEV_ATTR`).  Message type = ``RDMA_NL_GET_TYPE(client, op) =
-(client << 10) + op``.
+(20), the one iproute2's ``rdma`` tool uses: an ``nlmsghdr``, then attributes, with no
+family header (the wire format is :mod:`pyrdmacm.netlink.wire`'s).  The whole client has
+one attribute space, nested tables included (:data:`NLDEV_ATTR`), each attribute of one
+kind (:data:`KINDS`); a message's attributes are decoded when asked for
+(:class:`Table`).  Message type = ``RDMA_NL_GET_TYPE(client, op) = (client << 10) + op``.
 
 Numbers are the kernel's (include/uapi/rdma/rdma_netlink.h, checked against the
 installed header by a C probe in the tests; linux/netlink.h).  NLDEV integers are host
@@ -19,9 +19,9 @@ already converted.
 from __future__ import annotations
 
 import struct
-from typing import Any, Dict, Iterator, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from pyroute2.netlink import nla, nlmsg  # type: ignore[import-untyped]
+from .wire import HDR, NLM_F_DUMP, NLM_F_REQUEST, attribute, attributes, message
 
 RDMA_NL_NLDEV = 5
 
@@ -40,8 +40,8 @@ CMD_NAMES = {
     RDMA_NLDEV_CMD_GET_CHARDEV: "RDMA_NLDEV_CMD_GET_CHARDEV",
 }
 
-# (number, name without the RDMA_NLDEV_ prefix, pyroute2 decoder).  "NEST" marks a
-# nested table: the nested attributes use this same attribute space.
+# (number, name without the RDMA_NLDEV_ prefix, kind).  "NEST" marks a nested table: the
+# nested attributes use this same attribute space.
 _NLDEV_ATTRS: Tuple[Tuple[int, str, str], ...] = (
     (0, "ATTR_PAD", "none"),
     (1, "ATTR_DEV_INDEX", "uint32"),
@@ -86,27 +86,44 @@ _NLDEV_ATTRS: Tuple[Tuple[int, str, str], ...] = (
 NLDEV_ATTR: Dict[str, int] = {name: num for num, name, _ in _NLDEV_ATTRS}
 
 
-def _nla_map(nest_type: str) -> Tuple[Tuple[int, str, str], ...]:
-    return tuple(
-        (num, "RDMA_NLDEV_" + name, nest_type if kind == "NEST" else kind)
-        for num, name, kind in _NLDEV_ATTRS
-    )
+#: attribute number -> (name, kind)
+KINDS: Dict[int, Tuple[str, str]] = {num: (name, kind) for num, name, kind in _NLDEV_ATTRS}
+_INTS = {"uint8": struct.Struct("=B"), "uint32": struct.Struct("=I"), "uint64": struct.Struct("=Q")}
 
 
-class _NldevNest(nla):  # type: ignore[misc]
-    """A nested NLDEV table: same attribute space, nested tables nest again."""
+def _value(num: int, payload: bytes) -> Any:
+    kind = KINDS.get(num, ("", "cdata"))[1]
+    fmt = _INTS.get(kind)
+    if fmt is not None:
+        return fmt.unpack_from(payload)[0] if len(payload) >= fmt.size else None
+    if kind == "asciiz":
+        return payload.split(b"\0", 1)[0].decode("utf-8", "replace")
+    if kind == "NEST":
+        return Table(attributes(payload))
+    return None if kind == "none" else payload
 
-    prefix = "RDMA_NLDEV_"
-    nla_map = _nla_map("recursive")
 
+class Table:
+    """A message's attributes (or a nested table's), decoded when asked for by name."""
 
-class NldevMsg(nlmsg):  # type: ignore[misc]
-    """An RDMA_NL_NLDEV message: nlmsghdr, then attributes (no family header)."""
+    __slots__ = ("items",)
 
-    prefix = "RDMA_NLDEV_"
-    fields = ()
-    nla_map = _nla_map("nested_table")
-    nested_table = _NldevNest
+    def __init__(self, items: List[Tuple[int, bytes]]) -> None:
+        self.items = items
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The first attribute ``name`` (without the ``RDMA_NLDEV_`` prefix), decoded."""
+        num = NLDEV_ATTR[name]
+        for n, payload in self.items:
+            if n == num:
+                value = _value(n, payload)
+                return default if value is None else value
+        return default
+
+    def all(self, name: str) -> List[Any]:
+        """Every attribute ``name``, decoded (the entries of a nested table)."""
+        num = NLDEV_ATTR[name]
+        return [_value(n, payload) for n, payload in self.items if n == num]
 
 
 def nldev_type(op: int) -> int:
@@ -114,46 +131,27 @@ def nldev_type(op: int) -> int:
     return (RDMA_NL_NLDEV << 10) + op
 
 
-# netlink core numbers (linux/netlink.h)
-NLMSG_ERROR = 2
-NLMSG_DONE = 3
-NLM_F_REQUEST = 0x01
-NLM_F_MULTI = 0x02
-NLM_F_DUMP = 0x300
-#: ``struct nlmsghdr``: length, type, flags, sequence number, port id
-HDR = struct.Struct("=IHHII")
+def _payload(num: int, value: Any) -> bytes:
+    kind = KINDS[num][1]
+    fmt = _INTS.get(kind)
+    if fmt is not None:
+        return fmt.pack(value)
+    if kind == "asciiz":
+        return str(value).encode() + b"\0"
+    return bytes(value)
 
 
 def encode(op: int, attrs: Sequence[Tuple[str, Any]] = (), dump: bool = False, seq: int = 1) -> bytes:
     """The bytes of one NLDEV request (``attrs``: ``("ATTR_DEV_INDEX", 1)`` ...)."""
-    msg = NldevMsg()
-    msg["header"]["type"] = nldev_type(op)
-    msg["header"]["flags"] = NLM_F_REQUEST | (NLM_F_DUMP if dump else 0)
-    msg["header"]["sequence_number"] = seq
-    msg["header"]["pid"] = 0
-    msg["attrs"] = [["RDMA_NLDEV_" + name, value] for name, value in attrs]
-    msg.encode()
-    return bytes(msg.data)
+    body = b"".join(attribute(NLDEV_ATTR[name], _payload(NLDEV_ATTR[name], value)) for name, value in attrs)
+    return message(nldev_type(op), NLM_F_REQUEST | (NLM_F_DUMP if dump else 0), seq, body)
 
 
-def split(data: bytes) -> Iterator[Tuple[int, int, int, bytes]]:
-    """Netlink messages in one datagram: (type, flags, seq, whole message)."""
-    off = 0
-    while off + HDR.size <= len(data):
-        length, mtype, flags, seq, _pid = HDR.unpack_from(data, off)
-        if length < HDR.size or off + length > len(data):
-            break
-        yield mtype, flags, seq, data[off : off + length]
-        off += (length + 3) & ~3
+def decode_nldev(data: bytes) -> Table:
+    """One NLDEV message (header included) as its :class:`Table`."""
+    return Table(attributes(data, HDR.size))
 
 
-def decode_nldev(data: bytes) -> Any:
-    """Decode one NLDEV message (header included) into an :class:`NldevMsg`."""
-    msg = NldevMsg(data)
-    msg.decode()
-    return msg
-
-
-def attr(msg: Any, name: str, default: Any = None) -> Any:
+def attr(msg: Optional[Table], name: str, default: Any = None) -> Any:
     """Attribute ``name`` (without the ``RDMA_NLDEV_`` prefix) of a decoded message or table."""
-    return msg.get_attr("RDMA_NLDEV_" + name, default)
+    return default if msg is None else msg.get(name, default)

@@ -20,10 +20,10 @@ from __future__ import annotations
 import errno as _errno
 import random
 import socket
-import struct
 from typing import Any, List, Sequence, Tuple
 
-from .nldev import CMD_NAMES, HDR, NLM_F_MULTI, NLMSG_DONE, NLMSG_ERROR, decode_nldev, encode, split
+from .nldev import CMD_NAMES, Table, decode_nldev, encode
+from .wire import exchange
 from ..errors import KernelError, UsageError
 
 NETLINK_RDMA = 20
@@ -95,8 +95,8 @@ class RdmaNetlink:
 
     def request(
         self, op: int, attrs: Sequence[Tuple[str, Any]] = (), dump: bool = False
-    ) -> List[Any]:
-        """Send one request; return the decoded replies (:class:`~pyrdmacm.netlink.nldev.NldevMsg`).
+    ) -> List[Table]:
+        """Send one request; return the decoded replies (:class:`~pyrdmacm.netlink.nldev.Table`).
 
         A ``doit`` request returns its single reply; a dump returns every
         message up to ``NLMSG_DONE``.  A kernel error raises
@@ -108,32 +108,6 @@ class RdmaNetlink:
         self._seq = (self._seq % 0x7FFFFFFF) + 1
         seq = self._seq
         try:
-            self._sock.send(self.encode(op, attrs, dump, seq))
+            return [decode_nldev(m) for m in exchange(self._sock, self.encode(op, attrs, dump, seq), seq, dump)]
         except OSError as e:
             raise rdma_error(e.errno or _errno.EIO, command) from e
-        replies: List[Any] = []
-        while True:
-            try:
-                data = self._sock.recv(1 << 16)
-            except socket.timeout as e:
-                raise rdma_error(_errno.ETIMEDOUT, command) from e
-            except OSError as e:
-                raise rdma_error(e.errno or _errno.EIO, command) from e
-            if not data:
-                raise rdma_error(_errno.EIO, command)
-            for mtype, flags, mseq, chunk in split(data):
-                if mseq != seq:
-                    continue  # a late answer to an older request
-                if mtype == NLMSG_ERROR:
-                    (code,) = struct.unpack_from("=i", chunk, HDR.size)
-                    if code:
-                        raise rdma_error(code, command)
-                    return replies  # an ACK
-                if mtype == NLMSG_DONE:
-                    code = struct.unpack_from("=i", chunk, HDR.size)[0] if len(chunk) >= 20 else 0
-                    if code < 0:
-                        raise rdma_error(code, command)
-                    return replies
-                replies.append(decode_nldev(chunk))
-                if not dump and not flags & NLM_F_MULTI:
-                    return replies

@@ -2,7 +2,8 @@
 
 Theory of operation
 -------------------
-``NETLINK_ROUTE`` through pyroute2's ``IPRoute``: :func:`route_get` asks ``RTM_GETROUTE``
+``NETLINK_ROUTE``, for the routing decisions through pyroute2's ``IPRoute`` (imported on
+the first of them): :func:`route_get` asks ``RTM_GETROUTE``
 with exactly the inputs the kernel's RDMA address resolution gives
 ``ip_route_output_key()`` / ``ipv6_dst_lookup`` (daddr, saddr, oif = the id's
 ``bound_dev_if``) and returns the kernel's answer, errors included, as a :class:`Route`.
@@ -10,10 +11,12 @@ with exactly the inputs the kernel's RDMA address resolution gives
 (``ip_route_output_key_hash_rcu``), so the answer is the kernel's own; the one input
 that differs is the uid used by ``ip rule ... uidrange`` rules (the lookup runs with the
 caller's uid, the RDMA core's with uid 0).  :func:`links`, :func:`addresses` and
-:func:`neighbour` read the netdevs, their addresses and the ARP/ND table.
+:func:`neighbour` read the netdevs, their addresses and the ARP/ND table; the first two
+are dumps read on :mod:`pyrdmacm.netlink.wire` (``ifinfomsg`` and ``ifaddrmsg`` with the
+few attributes used), as every run reads them before its first command.
 
 Each call opens a routing socket in the caller's network namespace and closes it;
-inside a :class:`session` the calls of one thread share one socket and one
+inside a :class:`session` the calls of one thread share one ``IPRoute`` and one
 ``RTM_GETLINK`` dump.
 
 Numbers are the kernel's (linux/rtnetlink.h, linux/neighbour.h, linux/if_arp.h).
@@ -28,11 +31,10 @@ import os
 import socket
 import threading
 from dataclasses import dataclass
+import struct
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from pyroute2 import IPRoute  # type: ignore[import-untyped]
-from pyroute2.netlink.exceptions import NetlinkError  # type: ignore[import-untyped]
-
+from . import wire
 from ..abi.named import NamedIntEnum
 from ..errors import KernelError, UsageError
 
@@ -49,6 +51,16 @@ IFF_LOOPBACK = 0x8
 IFF_NOARP = 0x80
 IFA_F_DADFAILED = 0x08
 IFA_F_TENTATIVE = 0x40
+RTM_GETLINK = 18
+RTM_GETADDR = 22
+IFLA_ADDRESS, IFLA_IFNAME, IFLA_MTU, IFLA_OPERSTATE, IFLA_CARRIER = 1, 3, 4, 16, 33
+IFA_ADDRESS, IFA_LOCAL, IFA_FLAGS = 1, 2, 8
+#: IF_OPER_* (linux/if.h), as ``ip link`` names them
+OPERSTATES = ("UNKNOWN", "NOTPRESENT", "DOWN", "LOWERLAYERDOWN", "TESTING", "DORMANT", "UP")
+#: ``struct ifinfomsg``: family, pad, type, index, flags, change
+IFINFOMSG = struct.Struct("=BxHiII")
+#: ``struct ifaddrmsg``: family, prefix length, flags, scope, index
+IFADDRMSG = struct.Struct("=BBBBI")
 RTM_F_LOOKUP_TABLE = 0x1000
 RTM_F_FIB_MATCH = 0x2000
 
@@ -212,7 +224,7 @@ class _Session(threading.local):
 
     depth = 0
     ipr: Any = None
-    links: Optional[List[Any]] = None
+    links: Optional[List["Link"]] = None
 
 
 _SESSION = _Session()
@@ -239,6 +251,8 @@ class session:
 
 
 def _open() -> Any:
+    from pyroute2 import IPRoute  # type: ignore[import-untyped]  # here: its import is 2 s in a guest
+
     try:
         return IPRoute()
     except OSError as e:
@@ -264,14 +278,50 @@ class _rtnl:
             self._own.close()
 
 
-def _link_msgs(ipr: Any) -> List[Any]:
+def _dump(mtype: int, header: bytes) -> List[bytes]:
+    """One ``NETLINK_ROUTE`` dump (``header``: the family header of the request), its
+    messages whole."""
+    try:
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE)
+    except OSError as e:
+        raise KernelError(e.errno or _errno.EIO, "socket(AF_NETLINK, NETLINK_ROUTE)",
+                          hint="cannot open a routing netlink socket") from e
+    try:
+        sock.settimeout(5.0)
+        sock.bind((0, 0))
+        return wire.exchange(sock, wire.message(mtype, wire.NLM_F_REQUEST | wire.NLM_F_DUMP, 1, header), 1, True)
+    except OSError as e:
+        raise KernelError(e.errno or _errno.EIO, "RTM_GETLINK" if mtype == RTM_GETLINK else "RTM_GETADDR",
+                          hint="the routing netlink socket refused a dump") from e
+    finally:
+        sock.close()
+
+
+def _links() -> List["Link"]:
     """``RTM_GETLINK``'s dump: once per session."""
-    if _SESSION.ipr is ipr and _SESSION.links is not None:
+    if _SESSION.depth and _SESSION.links is not None:
         return _SESSION.links
-    msgs = list(ipr.get_links())
-    if _SESSION.ipr is ipr:
-        _SESSION.links = msgs
-    return msgs
+    out = []
+    for m in _dump(RTM_GETLINK, IFINFOMSG.pack(0, 0, 0, 0, 0)):
+        if len(m) < wire.HDR.size + IFINFOMSG.size:
+            continue
+        _family, itype, index, flags, _change = IFINFOMSG.unpack_from(m, wire.HDR.size)
+        a = dict(wire.attributes(m, wire.HDR.size + IFINFOMSG.size))
+        name = a.get(IFLA_IFNAME, b"").split(b"\0", 1)[0].decode("utf-8", "replace")
+        oper = a.get(IFLA_OPERSTATE)
+        mtu = a.get(IFLA_MTU)
+        carrier = a.get(IFLA_CARRIER)
+        out.append(Link(
+            index=index, name=name, type=itype, flags=flags,
+            operstate=OPERSTATES[oper[0]] if oper and oper[0] < len(OPERSTATES) else "UNKNOWN",
+            address=a.get(IFLA_ADDRESS) or None,
+            mtu=struct.unpack_from("=I", mtu)[0] if mtu and len(mtu) >= 4 else None,
+            carrier=None if not carrier else bool(carrier[0]),
+        ))
+    out.sort(key=lambda link: link.index)
+    if _SESSION.depth:
+        _SESSION.links = out
+    return out
 
 
 def _route_from_msg(msg: Any, dst: IPAddress, src: Optional[IPAddress], oif: Optional[int],
@@ -316,6 +366,8 @@ def route_get(
         kw["src"] = str(src)
     if oif:
         kw["oif"] = oif
+    from pyroute2.netlink.exceptions import NetlinkError  # type: ignore[import-untyped]
+
     with _rtnl() as ipr:
         try:
             # RTM_F_LOOKUP_TABLE: report the table the lookup ended in (as `ip route get` does)
@@ -326,7 +378,7 @@ def route_get(
                          type=_ERRNO_ROUTE_TYPE.get(code, RouteType.UNSPEC))
         if not msgs:
             return Route(dst=dst, src=src, oif=oif, errno=_errno.ENETUNREACH, type=RouteType.UNSPEC)
-        names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in _link_msgs(ipr)}
+        names = {link.index: link.name for link in _links()}
         route = _route_from_msg(msgs[0], dst, src, oif, names)
         # The matching FIB entry (``ip route get fibmatch``), for the prefix only.
         try:
@@ -355,41 +407,27 @@ def _replace(route: Route, **changes: Any) -> Route:
 
 def links() -> List[Link]:
     """The netdevs of this network namespace, in ifindex order."""
-    with _rtnl() as ipr:
-        msgs = _link_msgs(ipr)
-    out = []
-    for m in msgs:
-        addr = m.get_attr("IFLA_ADDRESS")
-        carrier = m.get_attr("IFLA_CARRIER")
-        out.append(
-            Link(
-                index=m["index"],
-                name=m.get_attr("IFLA_IFNAME"),
-                type=m["ifi_type"],
-                flags=m["flags"],
-                operstate=m.get_attr("IFLA_OPERSTATE") or "UNKNOWN",
-                address=bytes.fromhex(addr.replace(":", "")) if addr else None,
-                mtu=m.get_attr("IFLA_MTU"),
-                carrier=None if carrier is None else bool(carrier),
-            )
-        )
-    return sorted(out, key=lambda link: link.index)
+    return list(_links())
 
 
 def addresses() -> Dict[int, Tuple[IfAddress, ...]]:
     """ifindex -> the netdev's IPv4 and IPv6 addresses (with prefixes)."""
-    with _rtnl() as ipr:
-        msgs = ipr.get_addr()
     out: Dict[int, List[IfAddress]] = {}
-    for m in msgs:
-        local = m.get_attr("IFA_LOCAL") or m.get_attr("IFA_ADDRESS")
-        if not local:
+    for m in _dump(RTM_GETADDR, IFADDRMSG.pack(0, 0, 0, 0, 0)):
+        if len(m) < wire.HDR.size + IFADDRMSG.size:
             continue
-        flags = m.get_attr("IFA_FLAGS")
-        iface = ipaddress.ip_interface("%s/%d" % (local, m["prefixlen"]))
-        out.setdefault(m["index"], []).append(
-            IfAddress(ifindex=m["index"], interface=iface, scope=m["scope"],
-                    flags=flags if flags is not None else m["flags"])
+        family, plen, flags8, scope, index = IFADDRMSG.unpack_from(m, wire.HDR.size)
+        if family not in (socket.AF_INET, socket.AF_INET6):
+            continue
+        a = dict(wire.attributes(m, wire.HDR.size + IFADDRMSG.size))
+        local = a.get(IFA_LOCAL) or a.get(IFA_ADDRESS)
+        if not local or len(local) not in (4, 16):
+            continue
+        flags = a.get(IFA_FLAGS)
+        iface = ipaddress.ip_interface((ipaddress.ip_address(local), plen))
+        out.setdefault(index, []).append(
+            IfAddress(ifindex=index, interface=iface, scope=scope,
+                      flags=struct.unpack_from("=I", flags)[0] if flags and len(flags) >= 4 else flags8)
         )
     return {k: tuple(v) for k, v in sorted(out.items())}
 

@@ -99,3 +99,16 @@ def test_cm_ids_count_a_resolved_id(topo: Dict[str, Any]) -> None:
     finally:
         cm_id.destroy()
     assert [i for i in netlink.cm_ids() if i.pid == os.getpid()] == before
+
+
+def test_links_and_addresses_read_what_pyroute2_reads(topo: Dict[str, Any]) -> None:
+    """pyrdmacm reads the netdevs and addresses on netlink's wire format itself (no
+    pyroute2 before a run's first command): the same as pyroute2 reads, on a real kernel
+    with Soft-RoCE's netdevs and IPv6."""
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from test_devices import netlink_reads_as_pyroute2_does
+
+    n_links, n_addrs = netlink_reads_as_pyroute2_does()
+    assert n_links >= 2 and n_addrs >= 3, (n_links, n_addrs)  # lo and eth0, IPv4 and IPv6

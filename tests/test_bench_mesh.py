@@ -40,3 +40,17 @@ def test_the_table_gives_rates_memory_and_the_verdict():
     assert row["mesh"]["kib_per_cell"] == pytest.approx((40500 - 38000) / 990, abs=0.1)
     text = bench_mesh.table(result)
     assert "7.9x" in text and "NOT met" in text and "FAILED cells" in text
+
+
+def test_the_table_gives_the_start_up_and_the_rate_once_started():
+    raw = {"mesh/100": [{"seconds": 2.0, "rss_kib": 30000, "failed": {}}],
+           "mesh/1000": [{"seconds": 6.5, "rss_kib": 32000, "failed": {}}],
+           "loop/100": [{"seconds": 12.5, "failed": {}}]}
+    result = {"kernel": "7.2", "runs": 1, "concurrency": 64, "ns": [100, 1000], "raw": raw,
+              "summary": bench_mesh.summarise(raw, [100, 1000]),
+              "startup": {"median": {"pass": 0.7, "one_target": 1.61}, "ratio": 2.3, "imports_pyroute2": False}}
+    after = result["summary"]["after_startup"]
+    assert after == {"mesh_cells_per_s": 200.0, "loop_cells_per_s": 8.0, "speedup": 25.0}  # 900 cells in 4.5 s
+    text = bench_mesh.table(result)
+    assert "mesh with one target 1.61 s: 2.3x (target <= 2x: NOT met); no pyroute2 imported" in text
+    assert "after start-up (100 -> 1000 targets): mesh 200.0 cells/s, the loop 8.0: 25.0x (target >= 20x: met)" in text

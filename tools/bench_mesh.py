@@ -161,6 +161,32 @@ def run_mesh(targets: dict, concurrency: int, profile: str | None = None) -> dic
             "user_s": round(usage.ru_utime, 3), "sys_s": round(usage.ru_stime, 3), "exit": code}
 
 
+def startup(runs: int) -> dict:
+    """What a check costs before its first cell: ``python -c pass`` and ``mesh`` with one
+    target (lab-a's rail 0: REJ reason 8), each ``runs`` times, in the same boot (medians
+    in seconds, and the ratio the fabric-check issue asks about: at most 2x)."""
+    one = [sys.executable, "-m", "pyrdmacm", "mesh", "--rails", "eth0", "--json", "-n", "--timeout", "5000",
+           "--port", str(PORT), "10.20.0.1"]
+    got: dict = {"pass": [], "one_target": [], "pyroute2": []}
+    for r in range(runs):
+        for kind in (("pass", "one_target") if r % 2 == 0 else ("one_target", "pass")):
+            sh("ip", "neigh", "flush", "all")
+            argv = [sys.executable, "-c", "pass"] if kind == "pass" else one
+            started = time.monotonic()
+            done = subprocess.run(argv, capture_output=True, text=True)
+            got[kind].append(time.monotonic() - started)
+            if kind == "one_target":
+                cells = [r["cell"] for r in map(json.loads, done.stdout.splitlines()) if "cell" in r]
+                if [c["outcome"] for c in cells] != ["no-listener"]:
+                    raise SystemExit("bench: the one-target mesh did not get REJ 8: %s%s" % (done.stdout, done.stderr))
+    # whether the run imported pyroute2 (-X importtime's lines name every module imported)
+    done = subprocess.run([sys.executable, "-X", "importtime", *one[1:]], capture_output=True, text=True)
+    got["pyroute2"] = any(line.rstrip().endswith(" pyroute2") for line in done.stderr.splitlines())
+    med = {k: round(statistics.median(v), 3) for k, v in got.items() if isinstance(v, list)}
+    return {"raw": got, "median": med, "ratio": round(med["one_target"] / med["pass"], 2),
+            "imports_pyroute2": got["pyroute2"]}
+
+
 def run_loop(targets: dict) -> dict:
     script = ("ok=0; bad=0; for t in %s; do ucmatose -s \"$t\" -b \"$SRC\" -p %d -C 0 >/dev/null 2>&1; "
               "if [ $? -eq 8 ]; then ok=$((ok+1)); else bad=$((bad+1)); fi; done; echo \"$ok $bad\"")
@@ -186,6 +212,10 @@ def guest(args: argparse.Namespace) -> int:
         sh("ip", "addr", "add", addr, "dev", rail)
     for key, value in (("gc_thresh1", 4096), ("gc_thresh2", 8192), ("gc_thresh3", 16384)):
         Path("/proc/sys/net/ipv4/neigh/default/%s" % key).write_text("%d\n" % value)
+    first = startup(args.runs)
+    say("start-up: python -c pass %.2f s, mesh with one target %.2f s (%.1fx)%s" % (
+        first["median"]["pass"], first["median"]["one_target"], first["ratio"],
+        ", pyroute2 imported" if first["imports_pyroute2"] else ", no pyroute2"))
     runs: dict = {}
     for r in range(args.runs):
         for n in ns:
@@ -216,6 +246,7 @@ def guest(args: argparse.Namespace) -> int:
     result = {"phase": "mesh", "kernel": os.uname().release, "lab": os.environ.get("PYRDMACM_LAB", ""),
               "runs": args.runs, "concurrency": args.concurrency, "ns": ns, "raw": runs}
     result["summary"] = summarise(runs, ns)
+    result["startup"] = first
     Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     failed = any(g["failed"] for v in runs.values() for g in v)
     return 1 if failed else 0
@@ -238,6 +269,16 @@ def summarise(runs: dict, ns: list) -> dict:
             row["speedup"] = round(row["loop"]["seconds"] / row["mesh"]["seconds"], 1)
         out[str(n)] = row
     small = str(min(ns))
+    if len(ns) > 1:  # the rate once started: the cells the largest N adds over the smallest, per second
+        big = str(max(ns))
+        added = out[big]["mesh"]["seconds"] - out[small]["mesh"]["seconds"]
+        loops = [n for n in ns if "loop" in out[str(n)]]
+        if added > 0:
+            rate = (max(ns) - min(ns)) / added
+            out["after_startup"] = {"mesh_cells_per_s": round(rate, 1)}
+            if loops:
+                loop_rate = out[str(max(loops))]["loop"]["cells_per_s"]
+                out["after_startup"].update(loop_cells_per_s=loop_rate, speedup=round(rate / loop_rate, 1))
     for n in ns:
         if n != min(ns):
             grew = out[str(n)]["mesh"]["rss_mib"] - out[small]["mesh"]["rss_mib"]
@@ -261,6 +302,17 @@ def table(result: dict) -> str:
     bad = {k: v for k, v in bad.items() if v}
     if bad:
         lines.append("FAILED cells: %s" % bad)
+    first = result.get("startup")
+    if first:
+        lines.append("start-up: python -c pass %.2f s, mesh with one target %.2f s: %.1fx (target <= 2x: %s)%s" % (
+            first["median"]["pass"], first["median"]["one_target"], first["ratio"],
+            "met" if first["ratio"] <= 2 else "NOT met",
+            "; it imported pyroute2" if first["imports_pyroute2"] else "; no pyroute2 imported"))
+    after = result["summary"].get("after_startup")
+    if after and "speedup" in after:
+        lines.append("after start-up (%d -> %d targets): mesh %.1f cells/s, the loop %.1f: %.1fx (target >= 20x: %s)"
+                     % (min(result["ns"]), max(result["ns"]), after["mesh_cells_per_s"], after["loop_cells_per_s"],
+                        after["speedup"], "met" if after["speedup"] >= 20 else "NOT met"))
     if "1000" in result["summary"] and "speedup" in result["summary"]["1000"]:
         s = result["summary"]["1000"]["speedup"]
         lines.append("target: mesh >= 20x the ucmatose loop at 1,000 targets: %.1fx -> %s" % (s, "met" if s >= 20

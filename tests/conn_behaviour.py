@@ -513,6 +513,70 @@ def test_write_event_where_the_kernel_has_it(link: Link):
         assert ev.id is c and ev.param == (0x55667788, 0x11223344)
 
 
+def test_user_and_internal_events_on_live_ids_in_every_state(link: Link):
+    """WRITE_CM_EVENT (Linux 6.17+) on an id in each state one host reaches -- idle, bound,
+    address and route resolved, listening, both ends of a connection, and after its
+    disconnect: a USER or an INTERNAL event comes back on the id's own channel with its
+    status and 64-bit argument, and the id's state does not move (its next step works).
+    Any other event type is refused (EINVAL), and so is an unknown id (ENOENT)."""
+    from fake_command_helpers import refused, write_event
+
+    with link.server() as sc, link.client() as cc:
+        fresh = CmId(cc)
+        try:
+            fresh.write_event(1)
+        except KernelError as e:
+            assert link.kernel is not None and link.kernel < (6, 17), "refused on %s: %s" % (link.kernel, e)
+            print("WRITE_CM_EVENT refused on %s: %s" % (link.kernel, e))
+            return
+        wait(cc, E.USER)
+        bound = CmId(cc)
+        bound.bind_addr(link.client_ip)
+        lst, dst = serve(sc, link)
+        half = CmId(cc)
+        half.resolve_addr(dst, timeout_ms=2000)
+        wait(cc, E.ADDR_RESOLVED)
+        whole = routed(cc, dst)
+        c = routed(cc, dst)
+        c.connect()
+        req = wait(sc, E.CONNECT_REQUEST).id
+        req.accept()
+        wait(cc, E.CONNECT_RESPONSE)
+        c.establish()
+        wait(sc, E.ESTABLISHED)
+        ids = [(cc, fresh, State.IDLE), (cc, bound, State.ADDR_BOUND), (cc, half, State.ADDR_RESOLVED),
+               (cc, whole, State.ROUTE_RESOLVED), (sc, lst, State.LISTEN), (cc, c, State.CONNECTED),
+               (sc, req, State.CONNECTED)]
+        for k, (ch, cm, state) in enumerate(ids):
+            arg = 0x1122334400000000 + k
+            write_event(ch, cm.handle, E.USER, -k, arg)
+            write_event(ch, cm.handle, E.INTERNAL, k, ~arg & 0xFFFFFFFFFFFFFFFF)
+            for event, status, a in ((E.USER, -k, arg), (E.INTERNAL, k, ~arg & 0xFFFFFFFFFFFFFFFF)):
+                ev = wait(ch, event, status=status)
+                assert ev.id is cm and ev.param == (a & 0xFFFFFFFF, a >> 32), (state, ev, ev.param)
+            assert cm.state is state, (cm.state, state)
+            refused(errno.EINVAL, write_event, ch, cm.handle, E.ESTABLISHED)
+            refused(errno.EINVAL, write_event, ch, cm.handle, E.ADDR_RESOLVED)
+        refused(errno.ENOENT, write_event, cc, 0xDEAD, E.USER)
+        quiet(cc)
+        quiet(sc)
+        # the ids still take their next steps
+        whole.connect()
+        wait(sc, E.CONNECT_REQUEST).id.reject()
+        wait(cc, E.REJECTED, status=None)
+        half.resolve_route(2000)
+        wait(cc, E.ROUTE_RESOLVED)
+        c.disconnect()
+        wait(sc, E.DISCONNECTED)  # the channel answers the DREQ itself ...
+        wait(cc, E.DISCONNECTED)  # ... so the DREP comes back at once
+        wait(cc, E.TIMEWAIT_EXIT, link.timewait)
+        c.write_event(7)  # and after its disconnect
+        assert wait(cc, E.USER).param == (7, 0)
+        assert c.state is State.DISCONNECTED
+        print("WRITE_CM_EVENT on %s: USER and INTERNAL on ids in %d states, then after a disconnect"
+              % (link.kernel or "the fake", len(ids) + 1))
+
+
 def test_ib_service_records_where_the_kernel_and_the_fabric_have_them(link: Link):
     """RESOLVE_IB_SERVICE and QUERY IB_SERVICE came in Linux 6.17; RoCE has no SA to ask."""
     with link.client() as cc:

@@ -577,6 +577,51 @@ def test_user_and_internal_events_on_live_ids_in_every_state(link: Link):
               % (link.kernel or "the fake", len(ids) + 1))
 
 
+def test_resolve_ib_service_on_live_ids_in_every_state(link: Link):
+    """RESOLVE_IB_SERVICE (Linux 6.17+) written as bytes, past the library's own rules, on an
+    id in each state one host reaches: the kernel takes it from an id bound to a device only
+    (which then needs an SA: EOPNOTSUPP on RoCE); every other state, and an id bound to the
+    wildcard (no device), is refused with EINVAL and left as it was.  Measured on 7.2."""
+    from fake_command_helpers import cmd, refused
+
+    def ib_service(ch: EventChannel, cm: CmId) -> None:
+        cmd(ch, "RESOLVE_IB_SERVICE", cm.handle, 0, 0x1234, b"", 1, 0)
+
+    with link.server() as sc, link.client() as cc:
+        if link.kernel is not None and link.kernel < (6, 17):
+            refused(errno.EINVAL, ib_service, cc, CmId(cc))  # no such command
+            return
+        bound = CmId(cc)
+        bound.bind_addr(link.client_ip)
+        refused(errno.EOPNOTSUPP, ib_service, cc, bound)
+        anywhere = CmId(cc)
+        anywhere.bind_addr("0.0.0.0")
+        lst, dst = serve(sc, link)
+        half = CmId(cc)
+        half.resolve_addr(dst, timeout_ms=2000)
+        wait(cc, E.ADDR_RESOLVED)
+        whole = routed(cc, dst)
+        c = routed(cc, dst)
+        c.connect()
+        req = wait(sc, E.CONNECT_REQUEST).id
+        refused(errno.EINVAL, ib_service, sc, req)
+        assert req.state is State.REQUEST
+        req.accept()
+        wait(cc, E.CONNECT_RESPONSE)
+        c.establish()
+        wait(sc, E.ESTABLISHED)
+        for ch, cm, state in ((cc, CmId(cc), State.IDLE), (cc, anywhere, State.ADDR_BOUND),
+                              (cc, half, State.ADDR_RESOLVED), (cc, whole, State.ROUTE_RESOLVED),
+                              (sc, lst, State.LISTEN), (cc, c, State.CONNECTED), (sc, req, State.CONNECTED)):
+            refused(errno.EINVAL, ib_service, ch, cm)
+            assert cm.state is state, (cm.state, state)
+        assert bound.state is State.ADDR_BOUND
+        quiet(cc)
+        quiet(sc)
+        half.resolve_route(2000)  # refused: nothing changed
+        wait(cc, E.ROUTE_RESOLVED)
+
+
 def test_ib_service_records_where_the_kernel_and_the_fabric_have_them(link: Link):
     """RESOLVE_IB_SERVICE and QUERY IB_SERVICE came in Linux 6.17; RoCE has no SA to ask."""
     with link.client() as cc:

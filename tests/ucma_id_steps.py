@@ -26,7 +26,8 @@ import ucma_world
 from ucma_world import (AF_IB, AF_INET6, AF_UNIX, C, CLOSED_PORT, EAGAIN, EFAULT, EINVAL, ENOENT, ENOSPC, ENOSYS, FIXED_PORT,
                         GATEWAY, LOCAL, LOCAL6, LOCAL_GID, NOT_LOCAL, PS, QP, AddrChoice, Disagreement, IdModel, K, Result, S,
                         World, _bind_local, _en, _kind, _states, kernel_state, match_states, netlink_states,
-                        nothing_left, rdma_device_count, refused, resolve_outcomes, route_outcomes, since)
+                        ib_service_outcomes, nothing_left, rdma_device_count, refused, resolve_outcomes,
+                        route_outcomes, since)
 
 # -- what the steps draw ------------------------------------------------------------------------
 
@@ -391,6 +392,16 @@ class IdSteps(RuleBasedStateMachine):
         err = self._raw(ch, C.RESOLVE_ROUTE, "rdma_ucm_resolve_route", {"id": h, "timeout_ms": timeout})
         self._judge("RESOLVE_ROUTE timeout %d" % timeout, m, err, lambda w: route_outcomes(m, w, timeout),
                     None if m else self._lookup(ch, h))
+
+    @rule(data=st.data())
+    def resolve_ib_service(self, data: st.DataObject) -> None:
+        """RESOLVE_IB_SERVICE (23) on any id, live ones most: the kernel's table has it from
+        6.17 (before, ucma_write refuses the command number ahead of the id)."""
+        ch, h, m = self._target(data)
+        err = self._raw(ch, C.RESOLVE_IB_SERVICE, "rdma_ucm_resolve_ib_service",
+                        {"id": h, "ibs.service_id": 0x1234, "ibs.flags": 1})
+        pre = EINVAL if not since("cmd23_exists", self.version) else (None if m else self._lookup(ch, h))
+        self._judge("RESOLVE_IB_SERVICE", m, err, lambda w: ib_service_outcomes(m, w), pre)
 
     @rule(data=st.data(), option=st.sampled_from([0, 1, 2, 3, 99]), out=st.sampled_from([1024, 280, 272, 271, 8, 7, 0]),
           route=st.sampled_from([False, False, False, True]))

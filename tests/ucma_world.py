@@ -467,6 +467,14 @@ def option_outcomes(me: IdModel, w: World, level: int, name: int, optlen: int, v
     return [(ENOSYS, w)]
 
 
+def ib_service_outcomes(me: IdModel, w: World) -> Result:
+    """RESOLVE_IB_SERVICE (6.17+) on a live id: the state and device rule, then the SA query
+    that RoCE cannot make (measured on 7.2: EOPNOTSUPP from a device-bound id, which stays
+    ADDR_BOUND; EINVAL from every other state and from an id bound to the wildcard)."""
+    err = refused(me, w, C.RESOLVE_IB_SERVICE)
+    return [(err or errno.EOPNOTSUPP, w)]
+
+
 def join_outcomes(me: IdModel, w: World, mc_uid: int) -> Result:
     err = refused(me, w, C.JOIN_MCAST)  # rdma_join_multicast: a device, bound or resolved, UD ids only
     if err:

@@ -26,8 +26,8 @@ import ucma_world
 from ucma_world import (AF_IB, AF_INET6, AF_UNIX, C, CLOSED_PORT, EAGAIN, EFAULT, EINVAL, ENOENT, ENOSPC, ENOSYS, FIXED_PORT,
                         GATEWAY, LOCAL, LOCAL6, LOCAL_GID, NOT_LOCAL, PS, QP, AddrChoice, Disagreement, IdModel, K, Result, S,
                         World, _bind_local, _en, _kind, _states, kernel_state, match_states, netlink_states,
-                        ib_service_outcomes, nothing_left, rdma_device_count, refused, resolve_outcomes,
-                        route_outcomes, since)
+                        WRITABLE, ib_service_outcomes, nothing_left, rdma_device_count, refused, resolve_outcomes,
+                        route_outcomes, since, write_event_outcomes)
 
 # -- what the steps draw ------------------------------------------------------------------------
 
@@ -402,6 +402,21 @@ class IdSteps(RuleBasedStateMachine):
                         {"id": h, "ibs.service_id": 0x1234, "ibs.flags": 1})
         pre = EINVAL if not since("cmd23_exists", self.version) else (None if m else self._lookup(ch, h))
         self._judge("RESOLVE_IB_SERVICE", m, err, lambda w: ib_service_outcomes(m, w), pre)
+
+    @rule(data=st.data(), event=st.sampled_from([18, 18, 19, 0, 9, 99]), status=st.sampled_from([0, 7, 0xFFFFFFF5]))
+    def write_cm_event(self, data: st.DataObject, event: int, status: int) -> None:
+        """WRITE_CM_EVENT (24) on any id, live ones most: a USER or INTERNAL event comes back on
+        its channel (get_event judges it); the kernel's table has it from 6.17."""
+        ch, h, m = self._target(data)
+        param = struct.pack("=Q", 0x1122334455667788).ljust(304, b"\0")
+        err = self._raw(ch, C.WRITE_CM_EVENT, "rdma_ucm_write_cm_event",
+                        {"id": h, "event": event, "status": status, "param": param})
+        if not since("cmd24_exists", self.version) or event not in WRITABLE:
+            pre: Optional[int] = EINVAL  # the command number, then the event, both before the id
+        else:
+            pre = None if m else self._lookup(ch, h)
+        self._judge("WRITE_CM_EVENT %s status %#x" % (WRITABLE.get(event, event), status), m, err,
+                    lambda w: write_event_outcomes(w, event, status), pre)
 
     @rule(data=st.data(), option=st.sampled_from([0, 1, 2, 3, 99]), out=st.sampled_from([1024, 280, 272, 271, 8, 7, 0]),
           route=st.sampled_from([False, False, False, True]))

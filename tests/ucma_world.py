@@ -72,7 +72,11 @@ DIFFERENCES: Dict[str, Tuple[Tuple[Tuple[int, int], Any], ...]] = {
     "cmd23_exists": (((0, 0), False), ((6, 17), True)),
     # QUERY option 3 (IB_SERVICE) from 6.17; ucma_query's default: ENOSYS before
     "query_ib_service": (((0, 0), False), ((6, 17), True)),
+    # WRITE_CM_EVENT (cmd 24): the lab has it on 7.2, not on 6.12 (upstream 6.17..6.19)
+    "cmd24_exists": (((0, 0), False), ((6, 17), True)),
 }
+#: the events WRITE_CM_EVENT takes (ucma_write_cm_event: any other is EINVAL, before the id)
+WRITABLE = {18: "USER", 19: "INTERNAL"}
 
 
 #: the kernel the model answers for, (major, minor): set from the machine's ``version`` when a
@@ -473,6 +477,12 @@ def ib_service_outcomes(me: IdModel, w: World) -> Result:
     ADDR_BOUND; EINVAL from every other state and from an id bound to the wildcard)."""
     err = refused(me, w, C.RESOLVE_IB_SERVICE)
     return [(err or errno.EOPNOTSUPP, w)]
+
+
+def write_event_outcomes(w: World, event: int, status: int) -> Result:
+    """WRITE_CM_EVENT (6.17+) on a live id, in any state: the event is queued on the id's
+    file at once, with the status written; nothing else changes (measured on 7.2)."""
+    return [(0, w.but(q=w.q + ((WRITABLE[event], frozenset({status}), 0),)))]
 
 
 def join_outcomes(me: IdModel, w: World, mc_uid: int) -> Result:

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import errno as _errno
 import random
-import socket
 from typing import Any, List, Sequence, Tuple
 
 from .nldev import CMD_NAMES, Table, decode_nldev, encode
-from .wire import exchange
+from .wire import exchange, open_socket
 from ..errors import KernelError, UsageError
 
 NETLINK_RDMA = 20
@@ -63,17 +62,9 @@ class RdmaNetlink:
     def __init__(self, sock: Any = None, timeout: float = 5.0) -> None:
         if sock is None:
             try:
-                sock = socket.socket(
-                    socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_RDMA
-                )
+                sock = open_socket(NETLINK_RDMA, "NETLINK_RDMA", timeout)
             except OSError as e:
-                raise rdma_error(e.errno or _errno.EIO, "socket(AF_NETLINK, NETLINK_RDMA)") from e
-            try:
-                sock.settimeout(timeout)
-                sock.bind((0, 0))
-            except OSError as e:
-                sock.close()
-                raise rdma_error(e.errno or _errno.EIO, "bind(NETLINK_RDMA)") from e
+                raise rdma_error(e.errno or _errno.EIO, e.filename) from e
         self._sock: Any = sock
         self._seq = random.randint(1, 0x7FFFFFFF)
 

@@ -29,9 +29,9 @@ import errno as _errno
 import ipaddress
 import os
 import socket
+import struct
 import threading
 from dataclasses import dataclass
-import struct
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from . import wire
@@ -278,23 +278,27 @@ class _rtnl:
             self._own.close()
 
 
-def _dump(mtype: int, header: bytes) -> List[bytes]:
-    """One ``NETLINK_ROUTE`` dump (``header``: the family header of the request), its
-    messages whole."""
+def _dump(mtype: int, family: struct.Struct, command: str) -> List[Tuple[Tuple[Any, ...], Dict[int, bytes]]]:
+    """One ``NETLINK_ROUTE`` dump of messages headed by ``family`` (``command`` names it in
+    errors): each message's family header fields and its attributes by type."""
     try:
-        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, socket.NETLINK_ROUTE)
+        sock = wire.open_socket(socket.NETLINK_ROUTE, "NETLINK_ROUTE")
     except OSError as e:
-        raise KernelError(e.errno or _errno.EIO, "socket(AF_NETLINK, NETLINK_ROUTE)",
-                          hint="cannot open a routing netlink socket") from e
+        raise KernelError(e.errno or _errno.EIO, e.filename, hint="cannot open a routing netlink socket") from e
     try:
-        sock.settimeout(5.0)
-        sock.bind((0, 0))
-        return wire.exchange(sock, wire.message(mtype, wire.NLM_F_REQUEST | wire.NLM_F_DUMP, 1, header), 1, True)
+        msgs = wire.exchange(sock, wire.message(mtype, wire.NLM_F_REQUEST | wire.NLM_F_DUMP, 1, bytes(family.size)),
+                             1, True)
     except OSError as e:
-        raise KernelError(e.errno or _errno.EIO, "RTM_GETLINK" if mtype == RTM_GETLINK else "RTM_GETADDR",
-                          hint="the routing netlink socket refused a dump") from e
+        raise KernelError(e.errno or _errno.EIO, command, hint="the routing netlink socket refused a dump") from e
     finally:
         sock.close()
+    body = wire.HDR.size + family.size
+    return [(family.unpack_from(m, wire.HDR.size), dict(wire.attributes(m, body))) for m in msgs if len(m) >= body]
+
+
+def _u32(attrs: Dict[int, bytes], key: int) -> Optional[int]:
+    value = attrs.get(key)
+    return struct.unpack_from("=I", value)[0] if value is not None and len(value) >= 4 else None
 
 
 def _links() -> List["Link"]:
@@ -302,20 +306,15 @@ def _links() -> List["Link"]:
     if _SESSION.depth and _SESSION.links is not None:
         return _SESSION.links
     out = []
-    for m in _dump(RTM_GETLINK, IFINFOMSG.pack(0, 0, 0, 0, 0)):
-        if len(m) < wire.HDR.size + IFINFOMSG.size:
-            continue
-        _family, itype, index, flags, _change = IFINFOMSG.unpack_from(m, wire.HDR.size)
-        a = dict(wire.attributes(m, wire.HDR.size + IFINFOMSG.size))
-        name = a.get(IFLA_IFNAME, b"").split(b"\0", 1)[0].decode("utf-8", "replace")
+    for (_family, itype, index, flags, _change), a in _dump(RTM_GETLINK, IFINFOMSG, "RTM_GETLINK"):
         oper = a.get(IFLA_OPERSTATE)
-        mtu = a.get(IFLA_MTU)
         carrier = a.get(IFLA_CARRIER)
         out.append(Link(
-            index=index, name=name, type=itype, flags=flags,
+            index=index, name=a.get(IFLA_IFNAME, b"").split(b"\0", 1)[0].decode("utf-8", "replace"),
+            type=itype, flags=flags,
             operstate=OPERSTATES[oper[0]] if oper and oper[0] < len(OPERSTATES) else "UNKNOWN",
             address=a.get(IFLA_ADDRESS) or None,
-            mtu=struct.unpack_from("=I", mtu)[0] if mtu and len(mtu) >= 4 else None,
+            mtu=_u32(a, IFLA_MTU),
             carrier=None if not carrier else bool(carrier[0]),
         ))
     out.sort(key=lambda link: link.index)
@@ -413,21 +412,14 @@ def links() -> List[Link]:
 def addresses() -> Dict[int, Tuple[IfAddress, ...]]:
     """ifindex -> the netdev's IPv4 and IPv6 addresses (with prefixes)."""
     out: Dict[int, List[IfAddress]] = {}
-    for m in _dump(RTM_GETADDR, IFADDRMSG.pack(0, 0, 0, 0, 0)):
-        if len(m) < wire.HDR.size + IFADDRMSG.size:
-            continue
-        family, plen, flags8, scope, index = IFADDRMSG.unpack_from(m, wire.HDR.size)
-        if family not in (socket.AF_INET, socket.AF_INET6):
-            continue
-        a = dict(wire.attributes(m, wire.HDR.size + IFADDRMSG.size))
+    for (family, plen, flags8, scope, index), a in _dump(RTM_GETADDR, IFADDRMSG, "RTM_GETADDR"):
         local = a.get(IFA_LOCAL) or a.get(IFA_ADDRESS)
-        if not local or len(local) not in (4, 16):
+        if family not in (socket.AF_INET, socket.AF_INET6) or not local or len(local) not in (4, 16):
             continue
-        flags = a.get(IFA_FLAGS)
-        iface = ipaddress.ip_interface((ipaddress.ip_address(local), plen))
+        flags = _u32(a, IFA_FLAGS)
         out.setdefault(index, []).append(
-            IfAddress(ifindex=index, interface=iface, scope=scope,
-                      flags=struct.unpack_from("=I", flags)[0] if flags and len(flags) >= 4 else flags8)
+            IfAddress(ifindex=index, interface=ipaddress.ip_interface((ipaddress.ip_address(local), plen)),
+                      scope=scope, flags=flags8 if flags is None else flags)
         )
     return {k: tuple(v) for k, v in sorted(out.items())}
 

@@ -40,6 +40,23 @@ HDR = struct.Struct("=IHHII")
 NLA = struct.Struct("=HH")
 
 
+def open_socket(protocol: int, name: str, timeout: float = 5.0) -> socket.socket:
+    """A netlink socket of ``protocol`` in the caller's network namespace, bound, with
+    ``timeout``; an OSError names the call that failed as its filename
+    (``socket(AF_NETLINK, NAME)`` or ``bind(NAME)``)."""
+    try:
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, protocol)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, "socket(AF_NETLINK, %s)" % name) from None
+    try:
+        sock.settimeout(timeout)
+        sock.bind((0, 0))
+    except OSError as e:
+        sock.close()
+        raise OSError(e.errno, e.strerror, "bind(%s)" % name) from None
+    return sock
+
+
 def message(mtype: int, flags: int, seq: int, body: bytes) -> bytes:
     """One message: the header, then ``body`` (family header and attributes)."""
     return HDR.pack(HDR.size + len(body), mtype, flags, seq, 0) + body

@@ -102,6 +102,32 @@ def handshake(sc: EventChannel, cc: EventChannel, link: Link, **accept: Any) -> 
     return lst, req, c
 
 
+def ids_in_every_state(sc: EventChannel, cc: EventChannel, link: Link,
+                       at_request: Callable[[CmId], None] = lambda req: None) -> dict:
+    """An id in each state one host reaches past IDLE, by name -> (its channel, the id, the
+    state): bound (to the client's address), half (address resolved), whole (route
+    resolved), listener, and the two ends of an established connection (active, passive);
+    ``at_request`` sees the passive id before it is accepted."""
+    bound = CmId(cc)
+    bound.bind_addr(link.client_ip)
+    lst, dst = serve(sc, link)
+    half = CmId(cc)
+    half.resolve_addr(dst, timeout_ms=2000)
+    wait(cc, E.ADDR_RESOLVED)
+    whole = routed(cc, dst)
+    c = routed(cc, dst)
+    c.connect()
+    req = wait(sc, E.CONNECT_REQUEST).id
+    at_request(req)
+    req.accept()
+    wait(cc, E.CONNECT_RESPONSE)
+    c.establish()
+    wait(sc, E.ESTABLISHED)
+    return {"bound": (cc, bound, State.ADDR_BOUND), "half": (cc, half, State.ADDR_RESOLVED),
+            "whole": (cc, whole, State.ROUTE_RESOLVED), "listener": (sc, lst, State.LISTEN),
+            "active": (cc, c, State.CONNECTED), "passive": (sc, req, State.CONNECTED)}
+
+
 def test_rc_handshake_private_data_both_ways_and_teardown(link: Link):
     with link.server() as sc, link.client() as cc:
         lst, dst = serve(sc, link)
@@ -530,23 +556,9 @@ def test_user_and_internal_events_on_live_ids_in_every_state(link: Link):
             print("WRITE_CM_EVENT refused on %s: %s" % (link.kernel, e))
             return
         wait(cc, E.USER)
-        bound = CmId(cc)
-        bound.bind_addr(link.client_ip)
-        lst, dst = serve(sc, link)
-        half = CmId(cc)
-        half.resolve_addr(dst, timeout_ms=2000)
-        wait(cc, E.ADDR_RESOLVED)
-        whole = routed(cc, dst)
-        c = routed(cc, dst)
-        c.connect()
-        req = wait(sc, E.CONNECT_REQUEST).id
-        req.accept()
-        wait(cc, E.CONNECT_RESPONSE)
-        c.establish()
-        wait(sc, E.ESTABLISHED)
-        ids = [(cc, fresh, State.IDLE), (cc, bound, State.ADDR_BOUND), (cc, half, State.ADDR_RESOLVED),
-               (cc, whole, State.ROUTE_RESOLVED), (sc, lst, State.LISTEN), (cc, c, State.CONNECTED),
-               (sc, req, State.CONNECTED)]
+        live = ids_in_every_state(sc, cc, link)
+        half, whole, c = live["half"][1], live["whole"][1], live["active"][1]
+        ids = [(cc, fresh, State.IDLE), *live.values()]
         for k, (ch, cm, state) in enumerate(ids):
             arg = 0x1122334400000000 + k
             write_event(ch, cm.handle, E.USER, -k, arg)
@@ -591,28 +603,17 @@ def test_resolve_ib_service_on_live_ids_in_every_state(link: Link):
         if link.kernel is not None and link.kernel < (6, 17):
             refused(errno.EINVAL, ib_service, cc, CmId(cc))  # no such command
             return
-        bound = CmId(cc)
-        bound.bind_addr(link.client_ip)
+
+        def before_accept(req: CmId) -> None:
+            refused(errno.EINVAL, ib_service, sc, req)
+            assert req.state is State.REQUEST
+
+        live = ids_in_every_state(sc, cc, link, before_accept)
+        bound, half = live.pop("bound")[1], live["half"][1]
         refused(errno.EOPNOTSUPP, ib_service, cc, bound)
         anywhere = CmId(cc)
         anywhere.bind_addr("0.0.0.0")
-        lst, dst = serve(sc, link)
-        half = CmId(cc)
-        half.resolve_addr(dst, timeout_ms=2000)
-        wait(cc, E.ADDR_RESOLVED)
-        whole = routed(cc, dst)
-        c = routed(cc, dst)
-        c.connect()
-        req = wait(sc, E.CONNECT_REQUEST).id
-        refused(errno.EINVAL, ib_service, sc, req)
-        assert req.state is State.REQUEST
-        req.accept()
-        wait(cc, E.CONNECT_RESPONSE)
-        c.establish()
-        wait(sc, E.ESTABLISHED)
-        for ch, cm, state in ((cc, CmId(cc), State.IDLE), (cc, anywhere, State.ADDR_BOUND),
-                              (cc, half, State.ADDR_RESOLVED), (cc, whole, State.ROUTE_RESOLVED),
-                              (sc, lst, State.LISTEN), (cc, c, State.CONNECTED), (sc, req, State.CONNECTED)):
+        for ch, cm, state in ((cc, CmId(cc), State.IDLE), (cc, anywhere, State.ADDR_BOUND), *live.values()):
             refused(errno.EINVAL, ib_service, ch, cm)
             assert cm.state is state, (cm.state, state)
         assert bound.state is State.ADDR_BOUND

@@ -104,6 +104,11 @@ _HINTS = {
 _COMMAND_HINTS = {
     ("CONNECT", _errno.EINVAL): "the kernel refused the connection request: the id must be ROUTE_RESOLVED "
     "and connect once; private data at most 56 bytes (180 for UDP)",
+    # 5.10 and 7.2 (Soft-RoCE): CONNECT after SET_OPTION IB_PATH with an all-zero record
+    ("CONNECT", _errno.ENOENT): "the path record set with set_option(OptionIb.PATH) names a source GID this port "
+    "does not have: give a record with one of its GIDs (query_path() on a routed id gives one), or resolve_route()",
+    ("SET_OPTION", _errno.ENODEV): "an IB path needs the id's netdev on RoCE: an id resolved to the any address "
+    "has none (resolve a local address instead)",
     ("ACCEPT", _errno.EINVAL): "the kernel refused the accept and rejected the peer's request (REJ 28): "
     "destroy this id; the peer may retry",
     ("REJECT", _errno.EINVAL): "nothing to reject: the request was answered already (or the id never had one)",

@@ -115,6 +115,47 @@ def test_resolve_peer_then_route(world: World):
         assert paths and paths[0].sgid == sgid and paths[0].dgid == dgid
 
 
+def test_an_ib_path_sets_the_route_and_connects_only_with_a_gid_of_the_port(world: World):
+    """SET_OPTION IB_PATH from ADDR_RESOLVED: the id is ROUTE_RESOLVED at once and the kernel
+    queues ROUTE_RESOLVED itself.  CONNECT then sends its REQ with the record QUERY PATH gave
+    a routed id (the peer answers as after resolve_route), and answers ENOENT, leaving the id
+    as it was, with an all-zero record: no GID of the port is its source (measured on 5.10 and
+    7.2).  An id resolved to the any address has no netdev for the path: ENODEV."""
+    from pyrdmacm.abi import IbPathFlag, OptionIb
+
+    flags = int(IbPathFlag.GMP | IbPathFlag.PRIMARY | IbPathFlag.BIDIRECTIONAL)
+    with world.channel() as ch:
+        routed = CmId(ch)
+        routed.resolve_addr(world.peer, timeout_ms=3000)
+        assert wait(ch).event is E.ADDR_RESOLVED
+        routed.resolve_route(3000)
+        assert wait(ch).event is E.ROUTE_RESOLVED
+        own = routed.query_path()[0]
+        for record in (flags.to_bytes(4, "little") + bytes(68), [own]):
+            cm = CmId(ch)
+            cm.resolve_addr(world.peer, timeout_ms=3000)
+            assert wait(ch).event is E.ADDR_RESOLVED
+            cm.set_option(OptionIb.PATH, record)
+            ev = wait(ch)
+            assert (ev.id, ev.event, ev.status) == (cm, E.ROUTE_RESOLVED, 0), ev
+            assert cm.state is State.ROUTE_RESOLVED
+            if isinstance(record, bytes):
+                with pytest.raises(KernelError, match="source GID this port") as err:
+                    cm.connect()
+                assert err.value.errno == errno.ENOENT and cm.state is State.ROUTE_RESOLVED
+            else:
+                cm.connect()  # its answer (a REJ, or none from a gateway) goes with the id
+                assert cm.state is State.CONNECT
+                cm.destroy()
+        anywhere = CmId(ch)
+        anywhere.resolve_addr("0.0.0.0", timeout_ms=3000)
+        ev = wait(ch)
+        assert ev.event is E.ADDR_RESOLVED, ev
+        with pytest.raises(KernelError, match="netdev") as err:
+            anywhere.set_option(OptionIb.PATH, [own])
+        assert err.value.errno == errno.ENODEV and anywhere.state is State.ADDR_RESOLVED
+
+
 def test_query_route_gives_the_device_port_and_gids_in_one_command(world: World):
     """QUERY_ROUTE (the fabric check's one query a cell): an id on no device has none of
     them; after ADDR_RESOLVED the addresses' GIDs and no path; after ROUTE_RESOLVED the

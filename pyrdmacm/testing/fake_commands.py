@@ -172,9 +172,11 @@ class IdCommands:
             raise kernel_error(errno.ENETUNREACH)
         ctx.dst = dst
         ctx.move(S.ADDR_QUERY)
+        # the any address (cma_any_addr: cma_resolve_loopback) and 127/8 resolve to ourselves
+        here = dst.ip.is_loopback or dst.ip.is_unspecified
         if ctx.src.is_any:
             # the routing tables: a local destination is its own source
-            chosen = d if (d in self._net.local or dst.ip.is_loopback) else self._net.default_src.get(dst.ip.version)
+            chosen = d if (d in self._net.local or here) else self._net.default_src.get(dst.ip.version)
             if chosen is None:
                 ctx.move(S.ADDR_BOUND)
                 raise kernel_error(errno.ENETUNREACH)
@@ -183,13 +185,13 @@ class IdCommands:
         # source's when the query succeeds (addr_handler: cma_acquire_dev_by_src_ip), a
         # loopback one the first device at once (cma_resolve_loopback)
         ctx.resolving_dev = ctx.dev or self._net.local.get(str(ctx.src.ip))
-        if ctx.resolving_dev is None and dst.ip.is_loopback and self._net.local:
+        if ctx.resolving_dev is None and here and self._net.local:
             ctx.dev = ctx.resolving_dev = next(iter(self._net.local.values()))
             ctx.src = Address(ctx.src.ip, ctx.src.port, ctx.src.scope_id, 0, 0)
             ctx.loopback = True
         if ctx.resolving_dev is None:
             self._file.queue(ctx, E.ADDR_ERROR, -errno.ENODEV)
-        elif d in self._net.peers or d in self._net.local or dst.ip.is_loopback or dst.ip.is_multicast:
+        elif d in self._net.peers or d in self._net.local or here or dst.ip.is_multicast:
             # a multicast group needs no neighbour: its L2 address is mapped (how mckey resolves)
             self._file.queue(ctx, E.ADDR_RESOLVED)
         else:
@@ -355,6 +357,12 @@ class IdCommands:
         message = "SIDR_REQ" if ctx.qp_type == abi.QpType.UD else "REQ"
         if f["conn_param.private_data_len"] > abi.cm_private_data_limit(message, ctx.src.family):
             raise kernel_error(errno.EINVAL)
+        if ctx.path is not None and ctx.dev is not None:
+            # a route SET_OPTION IB_PATH gave, whose source GID the port lacks (an all-zero
+            # record): the IB CM finds no GID for the REQ or SIDR REQ (measured on 5.10 and 7.2)
+            sgid = ipaddress.IPv6Address(ctx.path[8 + 24: 8 + 40])
+            if all(self._net.gid_of(a, d) != sgid for a, d in self._net.local.items() if d.name == ctx.dev.name):
+                raise kernel_error(errno.ENOENT)
         return f, ctx
 
     def connect(self, body: bytes, size_out: int) -> None:

@@ -545,7 +545,7 @@ def test_user_and_internal_events_on_live_ids_in_every_state(link: Link):
     disconnect: a USER or an INTERNAL event comes back on the id's own channel with its
     status and 64-bit argument, and the id's state does not move (its next step works).
     Any other event type is refused (EINVAL), and so is an unknown id (ENOENT)."""
-    from fake_command_helpers import refused, write_event
+    from fake_command_helpers import cmd, refused, write_event
 
     with link.server() as sc, link.client() as cc:
         fresh = CmId(cc)
@@ -570,6 +570,15 @@ def test_user_and_internal_events_on_live_ids_in_every_state(link: Link):
             refused(errno.EINVAL, write_event, ch, cm.handle, E.ESTABLISHED)
             refused(errno.EINVAL, write_event, ch, cm.handle, E.ADDR_RESOLVED)
         refused(errno.ENOENT, write_event, cc, 0xDEAD, E.USER)
+        # an id created with uid 0 (whose events the kernel drops) is refused: found by the
+        # fuzzer on 7.2
+        from pyrdmacm.core.device import ReplyBuffer
+
+        reply = ReplyBuffer(4)
+        cmd(cc, "CREATE_ID", 0, reply.address, PortSpace.TCP, 2, bytes(7))
+        nameless = reply.u32[0]
+        refused(errno.EINVAL, write_event, cc, nameless, E.USER)
+        cmd(cc, "DESTROY_ID", reply.address, nameless, 0)
         quiet(cc)
         quiet(sc)
         # the ids still take their next steps

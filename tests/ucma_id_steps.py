@@ -416,7 +416,7 @@ class IdSteps(RuleBasedStateMachine):
         else:
             pre = None if m else self._lookup(ch, h)
         self._judge("WRITE_CM_EVENT %s status %#x" % (WRITABLE.get(event, event), status), m, err,
-                    lambda w: write_event_outcomes(w, event, status), pre)
+                    lambda w: write_event_outcomes(m, w, event, status), pre)
 
     @rule(data=st.data(), option=st.sampled_from([0, 1, 2, 3, 99]), out=st.sampled_from([1024, 280, 272, 271, 8, 7, 0]),
           route=st.sampled_from([False, False, False, True]))
@@ -551,8 +551,8 @@ class IdSteps(RuleBasedStateMachine):
             if choice == 2:
                 return self.listen(data, 1)
             return self.resolve_addr(data, "local", None, None, 2000, False)
-        if states == {S.ADDR_RESOLVED}:
-            return self.resolve_route(data, 1000)
+        if states == {S.ADDR_RESOLVED}:  # a route resolved, or one IB_PATH sets (own GID, or none)
+            return self.resolve_route(data, 1000) if choice < 2 else self.set_ib_path(data, [("own", "good")[choice - 2]], 0)
         if states == {S.ROUTE_RESOLVED}:
             return self.connect(data, 1, 0, 0)
         self._forced = None

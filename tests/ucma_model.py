@@ -42,6 +42,7 @@ Where the kernels differ, the difference is data with the kernel version
 from __future__ import annotations
 
 import collections
+import ipaddress
 import os
 import struct
 import time
@@ -50,13 +51,16 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
+from pyrdmacm import abi
 from pyrdmacm.abi.codec import CODECS
 from pyrdmacm.addr import parse_address
+from pyrdmacm.records import PathRecord
+from pyrdmacm.wire import encode_path_record
 
 from ucma_id_steps import U32, IdSteps
-from ucma_world import (EINVAL, ENOENT, ENOSPC, C, Result, World, _en, accept_outcomes, connect_outcomes,
-                        disconnect_outcomes, init_qp_outcomes, join_outcomes, listen_outcomes, notify_outcomes,
-                        option_outcomes, reject_outcomes)
+from ucma_world import (EINVAL, ENOENT, ENOSPC, LOCAL_GID, C, Result, World, _en, accept_outcomes, connect_outcomes,
+                        disconnect_outcomes, ib_path_outcomes, init_qp_outcomes, join_outcomes, listen_outcomes,
+                        notify_outcomes, option_outcomes, reject_outcomes)
 
 
 class UcmaMachine(IdSteps):
@@ -163,6 +167,32 @@ class UcmaMachine(IdSteps):
         self._judge("SET_OPTION level %d name %d optlen %d value %d" % (level, name, optlen, value), m, err,
                     lambda w: option_outcomes(m, w, level, name, optlen, value), pre)
 
+    @rule(data=st.data(), records=st.lists(st.sampled_from(["good", "good", "own", "flags 0x2f", "flags 0x0b", "flags 0"]),
+                                            min_size=1, max_size=3),
+          cut=st.sampled_from([0, 0, 0, -72, -1, +1, "all"]))
+    def set_ib_path(self, data: st.DataObject, records: List[str], cut: Any) -> None:
+        """SET_OPTION IB_PATH with well-formed ``ib_path_rec_data`` entries: the flags the kernel
+        requires (GMP|PRIMARY|BIDIRECTIONAL, "good": a zero record; "own": the lab's RoCE v2
+        path to itself) or others it must pass over; ``cut`` shortens or lengthens optlen."""
+        ch, h, m = self._target(data)
+        value = b"".join(_path_entry(r) for r in records)
+        optlen = 0 if cut == "all" else len(value) + cut
+        self.optval.fill(value)
+        self.script.append("optval.fill(%r)" % value)
+        err = self._raw(ch, C.SET_OPTION, "rdma_ucm_set_option",
+                        {"optval": self.optval.address, "id": h, "level": 1, "optname": 1, "optlen": optlen},
+                        code="ch[%d].cmd(14, 'rdma_ucm_set_option', {'optval': optval.address, 'id': %s, 'level': 1, "
+                        "'optname': 1, 'optlen': %d})" % (ch, self._hv(h), optlen), row=" IB_PATH")
+        whole = optlen % _PATH_SIZE == 0
+        taken = [value[i * _PATH_SIZE:(i + 1) * _PATH_SIZE] for i, r in enumerate(records[: optlen // _PATH_SIZE])
+                 if r in ("good", "own")]
+        entry = taken[0][8:] if whole and taken else None
+        # ucma_set_option looks the id up first; then ucma_set_ib_path wants whole records and
+        # one flagged 0x2b, before the id's device and state
+        pre = None if m else self._lookup(ch, h)
+        self._judge("SET_OPTION IB_PATH %s optlen %d" % ("+".join(records), optlen), m, err,
+                    lambda w: ib_path_outcomes(m, w, entry) if whole else [(EINVAL, w)], pre)
+
     @rule(data=st.data(), flags=st.sampled_from([0, 0, 1, 2]), group=st.sampled_from(["239.1.1.1", "239.1.1.2"]),
           legacy=st.sampled_from([False, False, True]), out=st.sampled_from([4, 4, 3]))
     def join(self, data: st.DataObject, flags: int, group: str, legacy: bool, out: int) -> None:
@@ -264,6 +294,20 @@ class UcmaMachine(IdSteps):
             m.ch = new  # its unread events go with it
 
 
+
+_PATH_SIZE = CODECS["ib_path_rec_data"].size
+_GOOD = int(abi.IbPathFlag.GMP | abi.IbPathFlag.PRIMARY | abi.IbPathFlag.BIDIRECTIONAL)
+
+
+def _path_entry(kind: str) -> bytes:
+    """One ``ib_path_rec_data``: "good" (flags 0x2b, a zero record), "own" (flags 0x2b, the
+    lab's RoCE v2 path from its address to itself), or "flags N" (a zero record)."""
+    if kind == "own":
+        gid = ipaddress.IPv6Address(LOCAL_GID)
+        return encode_path_record(PathRecord(
+            _GOOD, 0, gid, gid, 0, 0, 0, 0, 64, 0, 0, 1, 0xFFFF, 0, 2, 3, 2, 3, 2, 18, 0))
+    flags = _GOOD if kind == "good" else int(kind.split()[1], 16)
+    return CODECS["ib_path_rec_data"].pack_dict({"flags": flags})
 
 
 # -- campaigns -------------------------------------------------------------------------------

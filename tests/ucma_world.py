@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import errno
+import ipaddress
 import os
 import time
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
@@ -115,6 +116,9 @@ class World:
     #: no netdev bound: resolved to the any address (cma_resolve_loopback), or an AF_IB
     #: destination (cma_resolve_ib_dev picks the device by GID; RoCE has no netdev for it)
     loop: bool = False
+    #: the route came from SET_OPTION IB_PATH (rdma_set_ib_path) with a record whose source GID
+    #: the port lacks (an all-zero one)
+    bad_path: bool = False
     pend: Tuple[Tuple[Outcome, ...], ...] = ()  #: work in flight: each its possible outcomes
     q: Tuple[Ev, ...] = ()  #: events generated, not read yet
 
@@ -376,6 +380,11 @@ def connect_outcomes(me: IdModel, w: World, pd_len: int) -> Result:
         return [(EINVAL, w)]  # cm_validate_req_param / ib_send_cm_sidr_req; the state goes back
     if not me.ud and me.qp not in (QP.RC, QP.UC):
         return [(EINVAL, w)]
+    if w.bad_path:
+        # measured on 5.10 and 7.2: a route IB_PATH set with a source GID the port lacks (an
+        # all-zero record) makes no REQ nor SIDR REQ: the IB CM finds no GID (ENOENT) and the
+        # id is back in ROUTE_RESOLVED; a record with the port's GID connects as a resolved route
+        return [(errno.ENOENT, w)]
     if me.ud:
         ev: Ev = ("UNREACHABLE", frozenset({1}), 0)  # SIDR REP status 1: nobody listens
         op: Tuple[Outcome, ...] = ((ev, (("state", S.FAILED), ("cm", "done"))),)
@@ -471,6 +480,24 @@ def option_outcomes(me: IdModel, w: World, level: int, name: int, optlen: int, v
     return [(ENOSYS, w)]
 
 
+def ib_path_outcomes(me: IdModel, w: World, entry: Optional[bytes]) -> Result:
+    """SET_OPTION IB_PATH whose length is whole records; ``entry``: the path record of the
+    first one within optlen flagged GMP|PRIMARY|BIDIRECTIONAL (ucma_set_ib_path looks for it
+    before the device), or None.  Measured on 5.10 and 7.2: from ADDR_RESOLVED the id moves to
+    ROUTE_RESOLVED and the kernel queues ROUTE_RESOLVED itself, whatever the record holds; an
+    id resolved to the any address has no netdev for RoCE's l2 fields: ENODEV."""
+    if entry is None or not w.dev:
+        return [(EINVAL, w)]
+    err = refused(me, w, C.SET_OPTION, "IB_PATH")  # rdma_set_ib_path: ADDR_RESOLVED -> ROUTE_RESOLVED
+    if err:
+        return [(err, w)]
+    if w.loop:
+        return [(ENODEV, w)]  # cma_iboe_set_path_rec_l2_fields: no bound_dev_if; the state goes back
+    sgid = entry[24:40]  # the SA PathRecord: service id 8, dgid 16, sgid 16
+    return [(0, w.but(state=S.ROUTE_RESOLVED, bad_path=sgid != ipaddress.IPv6Address(LOCAL_GID).packed,
+                      q=w.q + (("ROUTE_RESOLVED", frozenset({0}), 0),)))]
+
+
 def ib_service_outcomes(me: IdModel, w: World) -> Result:
     """RESOLVE_IB_SERVICE (6.17+) on a live id: the state and device rule, then the SA query
     that RoCE cannot make (measured on 7.2: EOPNOTSUPP from a device-bound id, which stays
@@ -479,9 +506,12 @@ def ib_service_outcomes(me: IdModel, w: World) -> Result:
     return [(err or errno.EOPNOTSUPP, w)]
 
 
-def write_event_outcomes(w: World, event: int, status: int) -> Result:
+def write_event_outcomes(me: IdModel, w: World, event: int, status: int) -> Result:
     """WRITE_CM_EVENT (6.17+) on a live id, in any state: the event is queued on the id's
-    file at once, with the status written; nothing else changes (measured on 7.2)."""
+    file at once, with the status written; nothing else changes (measured on 7.2).  Found by
+    the fuzzer (7.2, a model bug): an id created with uid 0 is refused, EINVAL."""
+    if not me.uid:
+        return [(EINVAL, w)]
     return [(0, w.but(q=w.q + ((WRITABLE[event], frozenset({status}), 0),)))]
 
 

@@ -223,11 +223,13 @@ class UcmaFile:
     def write_cm_event(self, body: bytes, size_out: int) -> None:
         """WRITE_CM_EVENT (6.17+): a USER or INTERNAL event queued on the id's file under its uid
         and handle, with the status given and the u64 ``arg`` in ``param.arg32`` (the union's
-        first 8 bytes)."""
+        first 8 bytes); EINVAL for an id created with uid 0."""
         f = command_fields("rdma_ucm_write_cm_event", body)
         if f["event"] not in (E.USER, E.INTERNAL):
             raise kernel_error(errno.EINVAL)
         ctx = self.get(f["id"])
+        if not ctx.uid:  # an id made with uid 0 gets no event of its own: refused (7.2)
+            raise kernel_error(errno.EINVAL)
         self.push(ctx.handle, _EVENT.pack_dict(
             {"uid": ctx.uid, "id": ctx.handle, "event": f["event"], "status": f["status"], "param": f["param"][:8]}))
 

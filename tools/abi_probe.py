@@ -1057,9 +1057,18 @@ SOURCES: Dict[str, str] = {
 CONFIDENCE = ("header", "code", "history", "recalled", "unverified")
 
 
-def _fact(since: str, confidence: str, source: str) -> dict:
+def _fact(since: str, confidence: str, source: str, lab: Optional[Dict[str, List[str]]] = None) -> dict:
     assert source in SOURCES
-    return {"since": since, "confidence": confidence, "source": source}
+    fact = {"since": since, "confidence": confidence, "source": source}
+    if lab:
+        fact["lab"] = lab
+    return fact
+
+
+#: what the lab's Debian kernels answered (the kernel tier's tests of the command or option:
+#: EINVAL from ucma_write's table bound where the command is absent, ENOSYS for an option):
+#: the series, not the Debian release
+LAB_IB_SERVICE = {"absent": ["5.10", "6.1", "6.12"], "present": ["7.2"]}
 
 
 _ORIG = _fact("<=2.6.39", "recalled", "orig")
@@ -1068,7 +1077,9 @@ _JOIN_MCAST = _fact("4.9", "recalled", "join_mcast")
 _ECE = _fact("5.8", "history", "ece")
 _IBDEV_INDEX = _fact("5.8", "history", "ibdev_index")
 _IB_SERVICE = _fact("6.17", "history", "ib_service")
+_IB_SERVICE_LAB = _fact("6.17", "history", "ib_service", LAB_IB_SERVICE)
 _WRITE_EVENT = _fact("6.17..6.19", "unverified", "write_cm_event")
+_WRITE_EVENT_LAB = _fact("6.17..6.19", "unverified", "write_cm_event", LAB_IB_SERVICE)
 _IB_SERVICE_FIX = _fact("6.18..7.2", "unverified", "ib_service_fix")
 
 KNOWN_SINCE: Dict[str, Dict[str, dict]] = {
@@ -1081,14 +1092,14 @@ KNOWN_SINCE: Dict[str, Dict[str, dict]] = {
         "RDMA_USER_CM_CMD_BIND": _AF_IB,
         "RDMA_USER_CM_CMD_RESOLVE_ADDR": _AF_IB,
         "RDMA_USER_CM_CMD_JOIN_MCAST": _JOIN_MCAST,
-        "RDMA_USER_CM_CMD_RESOLVE_IB_SERVICE": _IB_SERVICE,
-        "RDMA_USER_CM_CMD_WRITE_CM_EVENT": _WRITE_EVENT,
+        "RDMA_USER_CM_CMD_RESOLVE_IB_SERVICE": _IB_SERVICE_LAB,
+        "RDMA_USER_CM_CMD_WRITE_CM_EVENT": _WRITE_EVENT_LAB,
     },
     "enums": {
         "RDMA_USER_CM_QUERY_ADDR": _AF_IB,
         "RDMA_USER_CM_QUERY_PATH": _AF_IB,
         "RDMA_USER_CM_QUERY_GID": _AF_IB,
-        "RDMA_USER_CM_QUERY_IB_SERVICE": _IB_SERVICE,
+        "RDMA_USER_CM_QUERY_IB_SERVICE": _IB_SERVICE_LAB,
         "RDMA_USER_CM_IB_SERVICE_FLAG_ID": _IB_SERVICE,
         "RDMA_USER_CM_IB_SERVICE_FLAG_NAME": _IB_SERVICE,
         "RDMA_MC_JOIN_FLAG_FULLMEMBER": _JOIN_MCAST,
@@ -1148,6 +1159,8 @@ SINCE_NOTES = [
     "'A..B' = introduced in some release from A to B inclusive.",
     "confidence: header = proven by the suites' headers only; code/history = read in source or commit "
     "history; recalled = not re-verified; unverified = the release is not pinned down.",
+    "lab: the kernel series of the lab's Debian kernels that answered without it (absent) and with it (present); "
+    "it must agree with since.",
     "fields: members declared by the struct itself (inline unions included); a field that appeared with "
     "its struct carries the struct's entry.",
     "network_order_fields: big-endian on the wire; source 'header' = declared __be*, otherwise why a plain "
@@ -1230,6 +1243,13 @@ def check_since(layouts: Dict[str, dict], since: dict) -> List[str]:
                 problems.append(f"{section}: {name}: empty range {entry['since']}")
             if entry.get("confidence") not in CONFIDENCE:
                 problems.append(f"{section}: {name}: confidence {entry.get('confidence')!r} not one of {CONFIDENCE}")
+            lab = entry.get("lab") or {}
+            for v in lab.get("absent", []):
+                if hi is not None and parse_version(v) >= hi:
+                    problems.append(f"{section}: {name}: the lab saw it absent in {v}, yet since is {entry['since']}")
+            for v in lab.get("present", []):
+                if lo is not None and parse_version(v) < lo:
+                    problems.append(f"{section}: {name}: the lab saw it in {v}, yet since is {entry['since']}")
             if "source" in entry and entry["source"] not in since.get("sources", {}):
                 problems.append(f"{section}: {name}: source {entry['source']!r} not in sources")
             suites_with = [s for s, _ in ordered if name in present[s][section]]

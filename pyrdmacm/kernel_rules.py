@@ -31,10 +31,10 @@ from __future__ import annotations
 import errno
 from typing import Dict, FrozenSet, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
-from .abi import QpType, RdmaCmState, UserCmCmd
+from .abi import CmEventType, QpType, RdmaCmState, UserCmCmd
 
 __all__ = ["Version", "LAB_KERNELS", "NEWEST", "Rule", "RULES", "UNKNOWN_ID", "ANOTHER_FDS_ID", "rule_for",
-           "rules_of", "refusal", "expect", "option_form"]
+           "rules_of", "refusal", "expect", "option_form", "NetChange", "NET_CHANGES", "net_change"]
 
 S = RdmaCmState
 C = UserCmCmd
@@ -233,3 +233,39 @@ def expect(command: UserCmCmd, state: RdmaCmState, form: str = "", *, device: bo
         if not steps or steps[-1][1] != err:
             steps.append((v, err))
     return steps[0][1] if len(steps) == 1 else steps
+
+
+# -- the network changing under live ids -------------------------------------------------------
+
+class NetChange(NamedTuple):
+    """What the kernel tells live ids when the network changes under them: after a ``change``
+    ("neighbour": a neighbour's hardware address changes), the ids that are ``told`` (see
+    :data:`NET_CHANGES`) get ``event`` with ``status``, on kernels from ``since``; ``where``
+    names the kernel's code."""
+
+    change: str
+    told: str
+    event: CmEventType
+    status: int
+    since: Version
+    where: str
+
+
+NET_CHANGES: Tuple[NetChange, ...] = (
+    # measured on 6.1, 6.12 and 7.2 (5.10: nothing): ids routed to the gateway in ROUTE_RESOLVED
+    # and in CONNECT got it, once per change (two changes in quick succession: twice); one
+    # resolved only (ADDR_RESOLVED), one routed through the gateway to a further address and
+    # one routed to the host's own address did not; no state moved
+    NetChange("neighbour", "ids whose route was resolved to the neighbour's very address over its netdev, "
+              "while the hardware address they hold differs from the new one",
+              CmEventType.UNREACHABLE, -errno.ETIMEDOUT, (6, 0),
+              "cma.c:cma_netevent_callback (NETEVENT_NEIGH_UPDATE) -> cma_netevent_work_handler"),
+)
+
+
+def net_change(change: str, version: Version = NEWEST) -> Optional[NetChange]:
+    """What a kernel of ``version`` tells live ids after ``change``; None: nothing."""
+    for c in NET_CHANGES:
+        if c.change == change and version >= c.since:
+            return c
+    return None

@@ -112,7 +112,7 @@ def kernel_tier(address: str = "10.0.2.15") -> Tier:
     asked for what is left."""
     from conn_behaviour import Link
     from pyrdmacm.core.device import KernelDevice
-    from ucma_world import netlink_states
+    from ucma_view import netlink_states
 
     from pyrdmacm.addr import Address
 

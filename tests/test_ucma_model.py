@@ -5,6 +5,7 @@ import errno
 
 import ucma_id_steps as steps
 import ucma_world as um
+from ucma_view import match_states
 from ucma_world import S, World
 
 
@@ -61,10 +62,10 @@ def test_reuseaddr_rules():
 
 
 def test_matching_netlink():
-    assert um.match_states([[("ADDR_BOUND",), ()], [("LISTEN",)]], ["ADDR_BOUND", "LISTEN"])
-    assert um.match_states([[("ADDR_BOUND",), ()], [("LISTEN",)]], ["LISTEN"])
-    assert not um.match_states([[("ADDR_BOUND",)]], [])
-    assert not um.match_states([[()]], ["CONNECT"])
+    assert match_states([[("ADDR_BOUND",), ()], [("LISTEN",)]], ["ADDR_BOUND", "LISTEN"])
+    assert match_states([[("ADDR_BOUND",), ()], [("LISTEN",)]], ["LISTEN"])
+    assert not match_states([[("ADDR_BOUND",)]], [])
+    assert not match_states([[()]], ["CONNECT"])
 
 
 def test_connect_refused_ends_in_failed_with_rej_8():

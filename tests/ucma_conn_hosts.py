@@ -16,7 +16,7 @@ from hypothesis.stateful import invariant
 from pyrdmacm import abi
 from ucma_conn_ends import CHANNELS, Cid, show
 from ucma_remote import addresses
-from ucma_world import match_states, netlink_states, nothing_left
+from ucma_view import match_states, netlink_states, nothing_left
 
 K = abi.RdmaCmState
 

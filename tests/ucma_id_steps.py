@@ -23,11 +23,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from pyrdmacm import abi
 
 import ucma_world
+from ucma_view import match_states, netlink_states, nothing_left, rdma_device_count
 from ucma_world import (AF_IB, AF_INET6, AF_UNIX, C, CLOSED_PORT, EAGAIN, EFAULT, EINVAL, ENOENT, ENOSPC, ENOSYS, FIXED_PORT,
                         GATEWAY, LOCAL, LOCAL6, LOCAL_GID, NOT_LOCAL, PS, QP, AddrChoice, Disagreement, IdModel, K, Result, S,
-                        World, _bind_local, _en, _kind, _states, kernel_state, match_states, netlink_states,
-                        WRITABLE, ib_service_outcomes, nothing_left, rdma_device_count, refused, resolve_outcomes,
-                        route_outcomes, since, write_event_outcomes)
+                        World, _bind_local, _en, _kind, _states, kernel_state, WRITABLE, ib_service_outcomes, refused,
+                        resolve_outcomes, route_outcomes, since, write_event_outcomes)
 
 # -- what the steps draw ------------------------------------------------------------------------
 

@@ -45,11 +45,12 @@ import collections
 import ipaddress
 import os
 import struct
+import subprocess
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from hypothesis import strategies as st
-from hypothesis.stateful import rule
+from hypothesis.stateful import precondition, rule
 
 from pyrdmacm import abi
 from pyrdmacm.abi.codec import CODECS
@@ -58,15 +59,18 @@ from pyrdmacm.records import PathRecord
 from pyrdmacm.wire import encode_path_record
 
 from ucma_id_steps import U32, IdSteps
-from ucma_world import (EINVAL, ENOENT, ENOSPC, LOCAL_GID, C, Result, World, _en, accept_outcomes, connect_outcomes,
-                        disconnect_outcomes, ib_path_outcomes, init_qp_outcomes, join_outcomes, listen_outcomes,
-                        notify_outcomes, option_outcomes, reject_outcomes)
+from ucma_world import (EINVAL, ENOENT, ENOSPC, GATEWAY, LOCAL_GID, C, Result, World, _en, accept_outcomes,
+                        connect_outcomes, disconnect_outcomes, ib_path_outcomes, init_qp_outcomes, join_outcomes,
+                        listen_outcomes, neighbour_outcomes, notify_outcomes, option_outcomes, reject_outcomes)
 
 
 class UcmaMachine(IdSteps):
     """Random ucma command sequences against the kernel, checked against the model: the
-    steps of :class:`~ucma_id_steps.IdSteps` and those of connections, options, multicast
-    and migration."""
+    steps of :class:`~ucma_id_steps.IdSteps` and those of connections, options, multicast,
+    migration and the network changing under the ids."""
+
+    #: a step changed the gateway's neighbour entry (teardown deletes it)
+    neighbour_touched = False
     @rule(data=st.data(), backlog=st.sampled_from([1, 0, 1024, 1025, 0x7FFFFFFF, U32]))
     def listen(self, data: st.DataObject, backlog: int) -> None:
         ch, h, m = self._target(data)
@@ -193,6 +197,32 @@ class UcmaMachine(IdSteps):
         self._judge("SET_OPTION IB_PATH %s optlen %d" % ("+".join(records), optlen), m, err,
                     lambda w: ib_path_outcomes(m, w, entry) if whole else [(EINVAL, w)], pre)
 
+    @precondition(lambda self: bool(os.environ.get("PYRDMACM_LAB")))  # the lab's guest: its gateway is ours
+    @rule(updates=st.sampled_from([1, 1, 2]))
+    def neighbour_change(self, updates: int) -> None:
+        """The environment as a step: the gateway's neighbour entry gets a new hardware address
+        (``updates`` of them back to back: one ``ip -batch``) under the live ids; the model
+        says which ids hear of it (:func:`~ucma_world.neighbour_outcomes`)."""
+        macs = []
+        for _ in range(updates):
+            self.counter += 1
+            macs.append("02:00:00:00:%02x:%02x" % (self.counter >> 8 & 0xFF, self.counter & 0xFF))
+        lines = "".join("neigh replace %s lladdr %s dev eth0 nud permanent\n" % (GATEWAY, mac) for mac in macs)
+        type(self).neighbour_touched = True
+        self.script.append("import subprocess; subprocess.run(['ip', '-batch', '-'], input=%r, text=True)" % lines)
+        done = subprocess.run(["ip", "-batch", "-"], input=lines, text=True, capture_output=True)
+        if done.returncode:
+            self._fail("ip -batch could not change the neighbour: %s" % done.stderr.strip())
+        type(self).stats["errnos"][("environment: neighbour x%d" % updates, "ok")] += 1
+        for m in self.ids:
+            m.worlds = {neighbour_outcomes(w, updates) for w in m.worlds}
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            forget_neighbour()
+
     @rule(data=st.data(), flags=st.sampled_from([0, 0, 1, 2]), group=st.sampled_from(["239.1.1.1", "239.1.1.2"]),
           legacy=st.sampled_from([False, False, True]), out=st.sampled_from([4, 4, 3]))
     def join(self, data: st.DataObject, flags: int, group: str, legacy: bool, out: int) -> None:
@@ -295,6 +325,14 @@ class UcmaMachine(IdSteps):
 
 
 
+def forget_neighbour() -> None:
+    """After a sequence that changed the gateway's neighbour entry: delete it (ARP makes it
+    again), so that what follows sees the lab as it was."""
+    if UcmaMachine.neighbour_touched:
+        subprocess.run(["ip", "neigh", "del", GATEWAY, "dev", "eth0"], capture_output=True)
+        UcmaMachine.neighbour_touched = False
+
+
 _PATH_SIZE = CODECS["ib_path_rec_data"].size
 _GOOD = int(abi.IbPathFlag.GMP | abi.IbPathFlag.PRIMARY | abi.IbPathFlag.BIDIRECTIONAL)
 
@@ -360,6 +398,9 @@ def _replay(lines: List[str]) -> Optional[int]:
                     c.close()  # closing destroys the replay's ids
             except Exception:
                 pass
+        if any("'-batch'" in line for line in lines):  # a reproducer that changed the neighbour
+            UcmaMachine.neighbour_touched = True
+            forget_neighbour()
 
 
 def reduce_script(script: List[str], budget: float) -> Optional[List[str]]:

@@ -97,7 +97,7 @@ class Channels:
         self.baseline: List[str] = []
 
     def handle(self, req: Dict[str, Any]) -> Dict[str, Any]:
-        from ucma_world import netlink_states, nothing_left
+        from ucma_view import netlink_states, nothing_left
 
         op, pid = req.get("op"), os.getpid()
         if op == "hello":

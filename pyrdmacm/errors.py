@@ -95,6 +95,8 @@ _HINTS = {
     "with other credentials than the one that opened it",
     _errno.ENOENT: "the kernel does not know this id (already destroyed?)",
     _errno.ENOSYS: "this kernel does not implement the command",
+    # every command but DESTROY_ID after DEVICE_REMOVAL (ucma_get_ctx: the context is closing)
+    _errno.ENXIO: "the id's RDMA device was removed (DEVICE_REMOVAL): destroy the id and make a new one",
     _errno.EAFNOSUPPORT: "address family not supported by rdma_cm",
 }
 

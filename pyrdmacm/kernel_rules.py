@@ -256,7 +256,8 @@ NET_CHANGES: Tuple[NetChange, ...] = (
     # measured on 6.1, 6.12 and 7.2 (5.10: nothing): ids routed to the gateway in ROUTE_RESOLVED
     # and in CONNECT got it, once per change (two changes in quick succession: twice); one
     # resolved only (ADDR_RESOLVED), one routed through the gateway to a further address and
-    # one routed to the host's own address did not; no state moved
+    # one routed to the host's own address did not; no state moved.  An established connection
+    # between two hosts: the end whose neighbour entry changed got it, the other nothing
     NetChange("neighbour", "ids whose route was resolved to the neighbour's very address over its netdev, "
               "while the hardware address they hold differs from the new one",
               CmEventType.UNREACHABLE, -errno.ETIMEDOUT, (6, 0),

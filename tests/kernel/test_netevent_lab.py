@@ -188,3 +188,4 @@ def test_deleting_an_rdma_device_tells_the_ids_on_it_and_closes_them():
         subprocess.run(["rdma", "link", "delete", DUMMY_DEV], capture_output=True)
         subprocess.run(["ip", "link", "del", DUMMY], capture_output=True)
     assert log.new_problems() == []
+

@@ -44,6 +44,7 @@ from __future__ import annotations
 import collections
 import ipaddress
 import os
+import socket
 import struct
 import subprocess
 import time
@@ -69,8 +70,10 @@ class UcmaMachine(IdSteps):
     steps of :class:`~ucma_id_steps.IdSteps` and those of connections, options, multicast,
     migration and the network changing under the ids."""
 
-    #: a step changed the gateway's neighbour entry (teardown deletes it)
+    #: a step changed the gateway's neighbour entry (teardown restores it) ...
     neighbour_touched = False
+    #: ... to this hardware address, its own before the first change (None: there was none)
+    gateway_mac: Optional[str] = None
     @rule(data=st.data(), backlog=st.sampled_from([1, 0, 1024, 1025, 0x7FFFFFFF, U32]))
     def listen(self, data: st.DataObject, backlog: int) -> None:
         ch, h, m = self._target(data)
@@ -208,7 +211,7 @@ class UcmaMachine(IdSteps):
             self.counter += 1
             macs.append("02:00:00:00:%02x:%02x" % (self.counter >> 8 & 0xFF, self.counter & 0xFF))
         lines = "".join("neigh replace %s lladdr %s dev eth0 nud permanent\n" % (GATEWAY, mac) for mac in macs)
-        type(self).neighbour_touched = True
+        keep_neighbour()
         self.script.append("import subprocess; subprocess.run(['ip', '-batch', '-'], input=%r, text=True)" % lines)
         done = subprocess.run(["ip", "-batch", "-"], input=lines, text=True, capture_output=True)
         if done.returncode:
@@ -221,7 +224,7 @@ class UcmaMachine(IdSteps):
         try:
             super().teardown()
         finally:
-            forget_neighbour()
+            restore_neighbour()
 
     @rule(data=st.data(), flags=st.sampled_from([0, 0, 1, 2]), group=st.sampled_from(["239.1.1.1", "239.1.1.2"]),
           legacy=st.sampled_from([False, False, True]), out=st.sampled_from([4, 4, 3]))
@@ -325,11 +328,33 @@ class UcmaMachine(IdSteps):
 
 
 
-def forget_neighbour() -> None:
-    """After a sequence that changed the gateway's neighbour entry: delete it (ARP makes it
-    again), so that what follows sees the lab as it was."""
+def keep_neighbour() -> None:
+    """Before a change of the gateway's neighbour entry: the first time, remember its hardware
+    address (restore_neighbour puts it back after every sequence that changed it)."""
+    deadline = time.monotonic() + 2
+    while UcmaMachine.gateway_mac is None and time.monotonic() < deadline:
+        words = subprocess.run(["ip", "neigh", "show", GATEWAY, "dev", "eth0"], capture_output=True,
+                               text=True).stdout.split()
+        if "lladdr" in words:
+            UcmaMachine.gateway_mac = words[words.index("lladdr") + 1]
+        else:  # no entry yet: a datagram to the gateway makes the kernel ARP for it
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.sendto(b"", (GATEWAY, 9))
+            time.sleep(0.1)
+    UcmaMachine.neighbour_touched = True
+
+
+def restore_neighbour() -> None:
+    """After a sequence that changed the gateway's neighbour entry: its own hardware address
+    again, so that what follows sees the lab as it was (a deleted entry would make the next
+    resolution ARP, and one with timeout_ms 0 time out: found by a 6.1 campaign, seed 2567).
+    Without a remembered address (no entry before), the entry goes and ARP makes it again."""
     if UcmaMachine.neighbour_touched:
-        subprocess.run(["ip", "neigh", "del", GATEWAY, "dev", "eth0"], capture_output=True)
+        if UcmaMachine.gateway_mac:
+            subprocess.run(["ip", "neigh", "replace", GATEWAY, "lladdr", UcmaMachine.gateway_mac, "dev", "eth0",
+                            "nud", "reachable"], capture_output=True)
+        else:
+            subprocess.run(["ip", "neigh", "del", GATEWAY, "dev", "eth0"], capture_output=True)
         UcmaMachine.neighbour_touched = False
 
 
@@ -386,6 +411,9 @@ _HEADER = 4
 def _replay(lines: List[str]) -> Optional[int]:
     """Run a reproducer here; the errno its last command answered, or None if a step fails."""
     env: Dict[str, Any] = {}
+    changes_neighbour = any("'-batch'" in line for line in lines)
+    if changes_neighbour:
+        keep_neighbour()
     try:
         exec(compile("\n".join(lines), "<reproducer>", "exec"), env)  # noqa: S102 - our own script
         return int(env["err"])
@@ -398,9 +426,8 @@ def _replay(lines: List[str]) -> Optional[int]:
                     c.close()  # closing destroys the replay's ids
             except Exception:
                 pass
-        if any("'-batch'" in line for line in lines):  # a reproducer that changed the neighbour
-            UcmaMachine.neighbour_touched = True
-            forget_neighbour()
+        if changes_neighbour:
+            restore_neighbour()
 
 
 def reduce_script(script: List[str], budget: float) -> Optional[List[str]]:

@@ -35,6 +35,7 @@ from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 from pyrdmacm import abi, kernel_rules
 from pyrdmacm.addr import Address, parse_address
 from pyrdmacm.state import KERNEL_STATE, State
+from pyrdmacm.wire import decode_path_record
 
 S = State
 C = abi.UserCmCmd
@@ -513,8 +514,8 @@ def ib_path_outcomes(me: IdModel, w: World, entry: Optional[bytes]) -> Result:
         return [(err, w)]
     if w.loop:
         return [(ENODEV, w)]  # cma_iboe_set_path_rec_l2_fields: no bound_dev_if; the state goes back
-    sgid = entry[24:40]  # the SA PathRecord: service id 8, dgid 16, sgid 16
-    return [(0, w.but(state=S.ROUTE_RESOLVED, bad_path=sgid != ipaddress.IPv6Address(LOCAL_GID).packed,
+    sgid = decode_path_record(0, entry).sgid
+    return [(0, w.but(state=S.ROUTE_RESOLVED, bad_path=sgid != ipaddress.IPv6Address(LOCAL_GID),
                       q=w.q + (("ROUTE_RESOLVED", frozenset({0}), 0),)))]
 
 

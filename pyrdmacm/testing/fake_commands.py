@@ -30,6 +30,7 @@ from ._ibcm import CmInput as In
 from .fake_file import UcmaFile
 from .fake_ids import IdContext, command_fields, kernel_error, sockaddr_or_none, write_reply
 from .fake_net import PACKET_LIFETIME, FakeDevice, FakeNet
+from ..wire import decode_path_record
 
 __all__ = ["IdCommands", "commands_for_fd"]
 
@@ -40,6 +41,7 @@ S = abi.RdmaCmState
 _FAMILY = struct.Struct("<H")
 _CONNECT = CODECS["rdma_ucm_connect"]
 _ACCEPT = CODECS["rdma_ucm_accept"]
+_PATH_DATA = CODECS["ib_path_rec_data"]
 #: ``enum ib_event_type`` values NOTIFY takes
 IB_EVENT_COMM_EST, IB_EVENT_PATH_MIG = int(abi.NotifyEvent.COMM_EST), int(abi.NotifyEvent.PATH_MIG)
 #: what a REJECT's reason 0 means, and the two reasons the command takes (ucma_reject)
@@ -360,7 +362,7 @@ class IdCommands:
         if ctx.path is not None and ctx.dev is not None:
             # a route SET_OPTION IB_PATH gave, whose source GID the port lacks (an all-zero
             # record): the IB CM finds no GID for the REQ or SIDR REQ (measured on 5.10 and 7.2)
-            sgid = ipaddress.IPv6Address(ctx.path[8 + 24: 8 + 40])
+            sgid = decode_path_record(0, _PATH_DATA.unpack_dict(ctx.path)["path_rec"]).sgid
             if all(self._net.gid_of(a, d) != sgid for a, d in self._net.local.items() if d.name == ctx.dev.name):
                 raise kernel_error(errno.ENOENT)
         return f, ctx

@@ -25,13 +25,15 @@ def finding(e: BaseException, cls: type) -> Optional[BaseException]:
 
 
 def rounds(seconds: float, seed: int, one_round: Callable[[int], Optional[str]], label: str,
-           out: Callable[[str], None] = print) -> Tuple[int, List[Tuple[int, str]], float]:
+           out: Callable[[str], None] = print,
+           stop: Callable[[], bool] = lambda: False) -> Tuple[int, List[Tuple[int, str]], float]:
     """``one_round(seed)`` with seeds seed, seed+1, ... until ``seconds`` have passed (a round
-    started is finished): (rounds run, each disagreement's (seed, report), seconds taken)."""
+    started is finished) or ``stop()`` says so: (rounds run, each disagreement's (seed,
+    report), seconds taken)."""
     start = time.monotonic()
     found: List[Tuple[int, str]] = []
     n = 0
-    while time.monotonic() - start < seconds:
+    while time.monotonic() - start < seconds and not stop():
         s = seed + n
         n += 1
         report = one_round(s)
@@ -39,6 +41,42 @@ def rounds(seconds: float, seed: int, one_round: Callable[[int], Optional[str]],
             found.append((s, report))
             out("== disagreement (%sseed %d) ==\n%s\n" % (label, s, report))
     return n, found, round(time.monotonic() - start, 1)
+
+
+def in_child(run: Callable[[], int]) -> int:
+    """``run()`` in a forked child process; its exit status.  For a campaign that may leave a
+    thread blocked in the kernel for good: that child can then never exit (nor close its fds),
+    but it tells its status first, and this process returns it and exits."""
+    import sys
+
+    sys.stdout.flush()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            os.close(r)
+            status = run()
+        except BaseException:  # noqa: B036 - the child's last word, then out
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.write(w, bytes([status & 0xFF]))
+            os._exit(status)
+    os.close(w)
+    got = os.read(r, 1)
+    os.close(r)
+    status = got[0] if got else 1
+    for _ in range(50):  # a child that cannot exit (a writer blocked in the kernel) is left so
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            break
+        time.sleep(0.1)
+    else:
+        print("(the campaign's process is left blocked in the kernel: pid %d)" % pid, flush=True)
+    return status
 
 
 def print_figures(fig: Dict[str, Any], out: Callable[[str], None] = print) -> None:
@@ -54,6 +92,8 @@ def print_figures(fig: Dict[str, Any], out: Callable[[str], None] = print) -> No
     if fig.get("rounds cut by timing"):
         out("  rounds cut short by timing (a sequence begun before went another way): %d"
             % fig["rounds cut by timing"])
+    if fig.get("concurrent steps") is not None:
+        out("  concurrent steps (two commands on one id at once): %d" % fig["concurrent steps"])
     if fig.get("across"):
         out("  connection requests across the two hosts: %d" % fig["across"])
     if "readers" in fig:

@@ -59,13 +59,14 @@ from pyrdmacm.addr import parse_address
 from pyrdmacm.records import PathRecord
 from pyrdmacm.wire import encode_path_record
 
-from ucma_id_steps import U32, IdSteps
+from ucma_id_steps import U32
+from ucma_races import RaceSteps, Wedged, keep_only
 from ucma_world import (EINVAL, ENOENT, ENOSPC, GATEWAY, LOCAL_GID, C, Result, World, _en, accept_outcomes,
                         connect_outcomes, disconnect_outcomes, ib_path_outcomes, init_qp_outcomes, join_outcomes,
                         listen_outcomes, neighbour_outcomes, notify_outcomes, option_outcomes, reject_outcomes)
 
 
-class UcmaMachine(IdSteps):
+class UcmaMachine(RaceSteps):
     """Random ucma command sequences against the kernel, checked against the model: the
     steps of :class:`~ucma_id_steps.IdSteps` and those of connections, options, multicast,
     migration and the network changing under the ids."""
@@ -373,29 +374,50 @@ def _path_entry(kind: str) -> bytes:
     return CODECS["ib_path_rec_data"].pack_dict({"flags": flags})
 
 
+class RacesMachine(UcmaMachine):
+    """``tools/fuzz --machine races``: ids created, brought forward by ``progress``, read, their
+    channels closed, and raced (the races destroy them and open the second channel)
+    (:meth:`~ucma_races.RaceSteps.race_on_one_id`); the other steps stay plain methods, so a
+    campaign spends its time on concurrent steps."""
+
+
+keep_only(RacesMachine, {"close_channel", "create_id", "get_event", "progress", "race_on_one_id"})
+
+
 # -- campaigns -------------------------------------------------------------------------------
 
-def run_round(seed: int, examples: int, steps: int, shrink_budget: float = 60.0) -> Optional[str]:
-    """One hypothesis run of :class:`UcmaMachine` (``examples`` sequences of up to ``steps``
-    commands, derandomized by ``seed``): None, or the shrunk failure's report."""
+def run_round(seed: int, examples: int, steps: int, shrink_budget: float = 60.0,
+              machine: type = None) -> Optional[str]:  # type: ignore[assignment]
+    """One hypothesis run of ``machine`` (:class:`UcmaMachine` unless given; ``examples``
+    sequences of up to ``steps`` commands, derandomized by ``seed``): None, or the shrunk
+    failure's report."""
+    M = machine or UcmaMachine
     import hypothesis
     from hypothesis import HealthCheck, Phase, settings
     from hypothesis.stateful import get_state_machine_test
 
-    test = get_state_machine_test(UcmaMachine, settings=settings(
+    test = get_state_machine_test(M, settings=settings(
         max_examples=examples, stateful_step_count=steps, deadline=None, database=None,
         suppress_health_check=list(HealthCheck), phases=[Phase.generate, Phase.shrink], print_blob=False))
     test = hypothesis.seed(seed)(test)
-    UcmaMachine.first_failure = None
-    UcmaMachine.smallest = None
-    UcmaMachine.shrink_budget = shrink_budget
+    M.first_failure = None
+    M.smallest = None
+    M.shrink_budget = shrink_budget
     try:
         test()
-    except Exception:  # a Disagreement, or hypothesis' complaint after the shrink budget
-        UcmaMachine.first_failure = None  # machines made after this round (replays) start afresh
-        if UcmaMachine.smallest is not None:
-            _n, report, script = UcmaMachine.smallest
-            reduced = reduce_script(script, shrink_budget)
+    except Exception as e:  # a Disagreement, or hypothesis' complaint after the shrink budget
+        from hypothesis.errors import FlakyStrategyDefinition
+
+        M.first_failure = None  # machines made after this round (replays) start afresh
+        if isinstance(e, FlakyStrategyDefinition) and M.smallest is None:
+            # a sequence hypothesis had begun before went another way this time (a race came
+            # out the other way: the draws that follow differ): the round ends there
+            M.stats["cut"] = M.stats.get("cut", 0) + 1
+            return None
+        if M.smallest is not None:
+            _n, report, script = M.smallest
+            # a race's reproducer is not replayed here: a lost race may block the replaying thread
+            reduced = None if any("race(" in line for line in script) else reduce_script(script, shrink_budget)
             if reduced is not None and len(reduced) < len(script):
                 report += ("\n\nreduced (replayed on this kernel: the %d steps without which the last command "
                            "still answers as above):\n%s" % (len(reduced) - _HEADER, "\n".join(reduced)))
@@ -454,19 +476,33 @@ def reduce_script(script: List[str], budget: float) -> Optional[List[str]]:
 
 
 def campaign(seconds: float, seed: int, examples: int = 20, steps: int = 30,
-             out: Callable[[str], None] = print, shrink_seconds: float = 60.0) -> Dict[str, Any]:
+             out: Callable[[str], None] = print, shrink_seconds: float = 60.0, races: bool = False) -> Dict[str, Any]:
     """Rounds of :func:`run_round` with seeds seed, seed+1, ... until ``seconds`` have passed;
-    the figures, and each disagreement's reproducer."""
+    the figures, and each disagreement's reproducer.  ``races``: the :class:`RacesMachine`."""
     import fuzz_runner
     from pyrdmacm.conformance import kernel_version
 
-    UcmaMachine.version = kernel_version()
-    UcmaMachine.stats = {"sequences": 0, "commands": 0, "errnos": collections.Counter()}
-    n, found, took = fuzz_runner.rounds(
-        seconds, seed, lambda s: run_round(s, examples, steps, shrink_budget=shrink_seconds), "", out)
-    return {"kernel": os.uname().release, "seed": seed, "rounds": n, "seconds": took,
-            "sequences": UcmaMachine.stats["sequences"], "commands": UcmaMachine.stats["commands"],
-            "errnos": UcmaMachine.stats["errnos"], "disagreements": found}
+    M = RacesMachine if races else UcmaMachine
+    M.version = kernel_version()
+    M.stats = {"sequences": 0, "commands": 0, "errnos": collections.Counter()}
+    wedged: List[bool] = []
+
+    def one_round(s: int) -> Optional[str]:
+        try:
+            return run_round(s, examples, steps, shrink_budget=shrink_seconds, machine=M)
+        except Wedged as e:  # a writer blocked in the kernel for good: no more rounds
+            wedged.append(True)
+            return e.report
+
+    n, found, took = fuzz_runner.rounds(seconds, seed, one_round, "", out, stop=lambda: bool(wedged))
+    fig = {"kernel": os.uname().release, "seed": seed, "rounds": n, "seconds": took,
+           "sequences": M.stats["sequences"], "commands": M.stats["commands"],
+           "errnos": M.stats["errnos"], "disagreements": found}
+    fig["rounds cut by timing"] = M.stats.get("cut", 0)
+    if races:
+        fig["machine"] = "races (%d CPUs)" % (os.cpu_count() or 1)
+        fig["concurrent steps"] = sum(n for (cmd, _), n in M.stats["errnos"].items() if cmd.startswith("race: "))
+    return fig
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -476,9 +512,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--shrink-seconds", type=float, default=60.0,
                    help="how long a failure may be shrunk (default 60; each step is a syscall on the real kernel: "
                         "give more for a minimal reproducer)")
+    p.add_argument("--races", action="store_true",
+                   help="the races machine: ids brought forward and raced (two commands on one id at once)")
+    p.add_argument("--with-known-bugs", action="store_true",
+                   help="run the races that trigger a recorded kernel bug even where it is known (may wedge it)")
     a = p.parse_args(argv)
-    fig = campaign(a.minutes * 60, fuzz_runner.seed_of(a), a.examples, a.steps, shrink_seconds=a.shrink_seconds)
-    return fuzz_runner.finish(fig, a.json)
+    seed = fuzz_runner.seed_of(a)
+
+    RacesMachine.with_known_bugs = a.with_known_bugs
+
+    def run() -> int:
+        fig = campaign(a.minutes * 60, seed, a.examples, a.steps, shrink_seconds=a.shrink_seconds, races=a.races)
+        return fuzz_runner.finish(fig, a.json)
+    # a race may leave a writer blocked in the kernel: the campaign then cannot exit, so it
+    # runs in a child that reports first
+    return fuzz_runner.in_child(run) if a.races else run()
 
 
 if __name__ == "__main__":

@@ -70,6 +70,23 @@ KNOWN_BUGS: Dict[str, KernelBug] = {b.name: b for b in (
         "blocked 68.3 s on 5.10 and 6.1, 68.5 s on 6.12, 68.6 s on 7.2, after REJECT and after a "
         "refused second ACCEPT alike; destroying the id in REP_SENT without them, and REJECT on "
         "the active end in REP_RCVD (whose peer is in REP_SENT), return at once"),
+    KernelBug(
+        "set_ib_path_without_handler_lock",
+        "SET_OPTION IB_PATH racing MIGRATE_ID of the same id: ucma_set_ib_path queues its "
+        "ROUTE_RESOLVED event through ucma_event_handler without the id's handler lock, the lock "
+        "ucma_migrate_id holds while it moves the id to its new fd; the event handler reads the "
+        "id's file twice, so it can lock the old fd's event mutex and unlock the new one's, and "
+        "the old fd's mutex stays held for good: the MIGRATE_ID never returns (a task blocked in "
+        "ucma_migrate_id's mutex_lock), nor does any later command or the close of that fd. The "
+        "stable fix 'RDMA/ucma: Lock the handler in ucma_set_ib_path()' (Debian's 6.12.111) takes "
+        "the lock; 6.12 before it is affected too",
+        (6, 1), (6, 12),
+        "the races machine (tools/fuzz --machine races --with-known-bugs) on Debian bookworm's "
+        "6.1.176 in the lab, two CPUs, preempt=full, no hint; then a loop of the two writes alone "
+        "(SET_OPTION IB_PATH on an id resolved to the lab's own address, MIGRATE_ID of it to a "
+        "second fd, from two threads): blocked within a few hundred tries, the kernel's hung-task "
+        "report naming ucma_migrate_id; trixie's 6.12.117 and sid's 7.2.13 (both with the fix) "
+        "ran the same loop without it"),
 )}
 
 

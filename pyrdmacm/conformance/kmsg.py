@@ -22,14 +22,15 @@ RECORD_MAX = 8192
 
 
 class KernelLog:
-    """New problem lines in the kernel log since the last look: ``BUG:``, ``WARNING:``,
-    KASAN and UBSAN reports, refcount_t complaints, list corruption, oopses.
+    """New problem lines in the kernel log since the last look: ``BUG:``, ``WARNING:`` (lockdep's
+    reports among them), KASAN and UBSAN reports, refcount_t complaints, list corruption,
+    oopses, tasks blocked in the kernel (the hung-task watchdog).
 
     ``fd`` is the log's fd, or None when the log is not readable or has been closed.
     """
 
     BAD = re.compile(r"BUG:|kernel BUG|WARNING:|KASAN|UBSAN|general protection|Oops|refcount_t|"
-                     r"list_(add|del) corruption")
+                     r"list_(add|del) corruption|blocked for more than")
 
     def __init__(self, path: str = KMSG) -> None:
         self.fd: Optional[int] = None

@@ -43,6 +43,27 @@ def test_bounded_campaign():
     assert stats["commands"] > EXAMPLES * 3, "the campaign ran almost nothing: %s" % stats
 
 
+def test_bounded_races_campaign():
+    """The races machine (tools/fuzz --machine races), briefly: pairs of commands on one id
+    written at once, each answer judged against the serial orders the model allows.  The lab's
+    CI guests have one CPU: the threads still interleave in the kernel where it sleeps, and the
+    oracle is the same; the campaigns with two CPUs are tools/fuzz's."""
+    release = os.uname().release
+    seed = zlib.crc32(("races " + release).encode())
+    machine = ucma_model.RacesMachine
+    machine.version = kernel_version()
+    machine.stats = {"sequences": 0, "commands": 0, "errnos": collections.Counter()}
+    start = time.monotonic()
+    report = ucma_model.run_round(seed, 6, 20, shrink_budget=15, machine=machine)
+    races = {k: n for k, n in machine.stats["errnos"].items()
+             if k[0].startswith("race: ") and not k[1].startswith("left out")}
+    print("races campaign on %s: seed %d, %d sequences, %d races (%s), %.1f s"
+          % (release, seed, machine.stats["sequences"], sum(races.values()),
+             ", ".join("%s: %s %d" % (c[6:], e, n) for (c, e), n in sorted(races.items())), time.monotonic() - start))
+    assert report is None, "seed %d (tools/fuzz --kernel ... --machine races --seed %d):\n%s" % (seed, seed, report)
+    assert sum(races.values()) >= 6, "the campaign raced almost nothing: %s" % races
+
+
 @contextlib.contextmanager
 def _replayed(ps, qp, *steps):
     """A replay: a fresh machine, one id of port space ``ps`` and QP type ``qp`` on channel 0,

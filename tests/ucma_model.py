@@ -514,6 +514,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         "give more for a minimal reproducer)")
     p.add_argument("--races", action="store_true",
                    help="the races machine: ids brought forward and raced (two commands on one id at once)")
+    p.add_argument("--in-process", action="store_true",
+                   help="races: run the campaign in this process, not a forked child (a wedged kernel then "
+                        "keeps it from exiting)")
     p.add_argument("--with-known-bugs", action="store_true",
                    help="run the races that trigger a recorded kernel bug even where it is known (may wedge it)")
     a = p.parse_args(argv)
@@ -526,7 +529,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return fuzz_runner.finish(fig, a.json)
     # a race may leave a writer blocked in the kernel: the campaign then cannot exit, so it
     # runs in a child that reports first
-    return fuzz_runner.in_child(run) if a.races else run()
+    return fuzz_runner.in_child(run) if a.races and not a.in_process else run()
 
 
 if __name__ == "__main__":

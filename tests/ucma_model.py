@@ -387,7 +387,7 @@ keep_only(RacesMachine, {"close_channel", "create_id", "get_event", "progress", 
 # -- campaigns -------------------------------------------------------------------------------
 
 def run_round(seed: int, examples: int, steps: int, shrink_budget: float = 60.0,
-              machine: type = None) -> Optional[str]:  # type: ignore[assignment]
+              machine: Optional[type] = None) -> Optional[str]:
     """One hypothesis run of ``machine`` (:class:`UcmaMachine` unless given; ``examples``
     sequences of up to ``steps`` commands, derandomized by ``seed``): None, or the shrunk
     failure's report."""

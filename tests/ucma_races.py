@@ -24,6 +24,7 @@ the command that started it can still report and exit.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import struct
 import threading
@@ -35,7 +36,7 @@ from hypothesis.stateful import rule
 
 from pyrdmacm.conformance import known_bug
 
-from ucma_id_steps import IdSteps
+from ucma_id_steps import MAX_IDS, IdSteps
 from ucma_world import (EINVAL, ENOENT, PS, QP, C, IdModel, Result, World, _en, _states, ib_path_outcomes, refused,
                         route_outcomes, since, write_event_outcomes)
 
@@ -194,9 +195,10 @@ class RaceSteps(IdSteps):
             type(self).stats["errnos"][("race: " + " \u2016 ".join(pair), "left out: kernel bug " + bug)] += 1
             self.script.append("# race %s left out: kernel bug %s" % (" \u2016 ".join(pair), bug))
             return
-        if not any(all(_acts(x, name, self.version) for name in pair) for x in self.ids):
-            self._bring_forward(data, pair)
         acting = [x for x in self.ids if all(_acts(x, name, self.version) for name in pair)]
+        if not acting:
+            self._bring_forward(data, pair)
+            acting = [x for x in self.ids if all(_acts(x, name, self.version) for name in pair)]
         if not acting:
             return
         m = data.draw(st.sampled_from(acting), label="acting id")
@@ -231,8 +233,7 @@ class RaceSteps(IdSteps):
         address, its event read); the others take any live id (a new one if none)."""
         if self.chans[0] is None:
             self.open_channel()
-        n = len(self.ids)
-        if n >= 6 and self.ids:  # MAX_IDS: make room
+        if len(self.ids) >= MAX_IDS:  # make room
             self._forced = (self.ids[0].ch, self.ids[0].handle, self.ids[0])
             self.destroy(data, 4)
         self.create_id(data, PS.TCP, QP.RC)
@@ -300,23 +301,26 @@ def _acts(m: IdModel, name: str, version: Tuple[int, int]) -> bool:
 def keep_only(machine: type, steps: Set[str]) -> None:
     """Leave only ``steps`` (and the invariants) among ``machine``'s rules: every other rule
     becomes a plain method there (the steps left may still call it)."""
-    from hypothesis.stateful import RuleBasedStateMachine
+    from hypothesis.stateful import RULE_MARKER
 
     for name in dir(machine):
         func = getattr(machine, name)
-        if name in steps or not callable(func) or not hasattr(func, "hypothesis_stateful_rule"):
+        if name in steps or not hasattr(func, RULE_MARKER):
             continue
 
         def plain(self: Any, *args: Any, __f: Callable[..., Any] = func, **kw: Any) -> Any:
             return __f(self, *args, **kw)
         setattr(machine, name, plain)
-    assert issubclass(machine, RuleBasedStateMachine)
 
 
 def _kernel_stacks(pid: int) -> str:
     """The kernel stack of each thread of ``pid`` (root reads them), for a report."""
     out = []
-    for tid in sorted(os.listdir("/proc/%d/task" % pid)) if os.path.isdir("/proc/%d/task" % pid) else ():
+    try:
+        tids = sorted(os.listdir("/proc/%d/task" % pid))
+    except OSError:
+        tids = []
+    for tid in tids:
         try:
             with open("/proc/%d/task/%s/stack" % (pid, tid)) as f:
                 out.append("  thread %s:\n" % tid + "".join("    " + line for line in f))
@@ -325,11 +329,4 @@ def _kernel_stacks(pid: int) -> str:
     return "\n".join(out) or "  (none readable)"
 
 
-def _race_source() -> str:
-    import inspect
-
-    return inspect.getsource(race)
-
-
-_RACE_SOURCE = _race_source()
-
+_RACE_SOURCE = inspect.getsource(race)  # the reproducer's own copy of the helper
